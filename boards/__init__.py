@@ -1,0 +1,1 @@
+"""vtakit.boards: FPGA board descriptions and SoC tops around the accelerator core."""

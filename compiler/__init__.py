@@ -1,0 +1,1 @@
+"""vtakit.compiler: ONNX import, graph optimisation, quantisation and code generation."""

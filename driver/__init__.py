@@ -1,0 +1,1 @@
+"""vtakit.driver: the JIT runtime driver that builds instruction streams and runs them on a device."""

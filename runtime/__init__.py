@@ -1,0 +1,1 @@
+"""vtakit.runtime: loads compiled artifacts and executes graphs on CPU and accelerator."""
