@@ -148,17 +148,16 @@ def _pack(kind: str, specs: Sequence[_Spec], total_bits: int,
           word_bits: int | None = _WORD_BITS) -> Layout:
     out: list[Field] = []
     pos = 0
-    for name, width, signed, source in specs:
-        if width < 1:
-            raise ValueError(f"{kind} field {name!r} has width {width} (from {source}); "
-                             f"expected at least 1 bit")
+    for name, width, signed, _source in specs:
         if word_bits and pos // word_bits != (pos + width - 1) // word_bits:
             pos = (pos // word_bits + 1) * word_bits  # never straddle a word boundary
         if pos + width > total_bits:
+            derived = ", ".join(f"{n} {w} bits (from {src})" for n, w, _, src in specs
+                                if src != "the ISA")
             raise ValueError(
-                f"{kind} field {name!r} ({width} bits, from {source}) would end at bit "
-                f"{pos + width - 1}, past the {total_bits}-bit {kind.lower()} word; reduce the "
-                f"buffer sizes that set the index widths")
+                f"{kind} fields do not fit in {total_bits} bits: '{name}' would end at bit "
+                f"{pos + width - 1}. Index widths of this configuration: {derived}; reduce the "
+                f"buffer sizes that set them")
         out.append(Field(name, pos, width, signed))
         pos += width
     return Layout(kind, total_bits, tuple(out))

@@ -1,0 +1,116 @@
+"""The ``vtakit`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from vtakit import __version__
+from vtakit.vta_hw.config import PRESETS, HwConfig, preset
+
+__all__ = ["main", "resolve_config"]
+
+
+def resolve_config(name_or_path: str) -> HwConfig:
+    """A preset name (``default``, ``ecp5``, ...) or the path of a JSON configuration file."""
+    if name_or_path in PRESETS:
+        return preset(name_or_path)
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise click.BadParameter(f"cannot read configuration file {path}: "
+                                     f"{err.strerror}") from None
+        try:
+            return HwConfig.from_json(text)
+        except (TypeError, ValueError) as err:
+            raise click.BadParameter(f"{path}: {err}") from None
+    raise click.BadParameter(f"unknown hardware configuration {name_or_path!r} (expected a "
+                             f"preset: {', '.join(PRESETS)}, or a .json file)")
+
+
+class _ConfigType(click.ParamType):
+    name = "CONFIG"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, HwConfig):
+            return value
+        try:
+            return resolve_config(value)
+        except click.BadParameter as err:
+            self.fail(err.message, param, ctx)
+
+
+CONFIG = _ConfigType()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="vtakit")
+def main() -> None:
+    """vtakit: compile ONNX models for VTA-style accelerators, simulate and build them."""
+
+
+@main.group("config")
+def config_group() -> None:
+    """Hardware configurations (HwConfig presets)."""
+
+
+@config_group.command("list")
+def config_list() -> None:
+    """List the presets with their core shape, buffers and hash."""
+    click.echo(f"{'name':<9} {'core':<9} {'uop/inp/wgt/acc KiB':<22} {'bus':>5} {'MHz':>5} "
+               f"{'GOP/s':>7}  hash")
+    for name, cfg in PRESETS.items():
+        bufs = "/".join(str(b // 1024) for b in (cfg.uop_buff_bytes, cfg.inp_buff_bytes,
+                                                 cfg.wgt_buff_bytes, cfg.acc_buff_bytes))
+        core = f"{cfg.batch}x{cfg.block_in}x{cfg.block_out}"
+        click.echo(f"{name:<9} {core:<9} {bufs:<22} "
+                   f"{cfg.bus_width_bits:>5} {cfg.clock_mhz:>5} {cfg.peak_gops:>7.1f}  "
+                   f"{cfg.hash}")
+
+
+@config_group.command("show")
+@click.argument("config", type=CONFIG)
+@click.option("--json", "as_json", is_flag=True, help="Print the configuration as JSON only.")
+def config_show(config: HwConfig, as_json: bool) -> None:
+    """Show CONFIG (a preset name or a JSON file): fields, derived sizes and hash."""
+    if as_json:
+        click.echo(config.to_json())
+        return
+    for key, value in config.to_dict().items():
+        click.echo(f"{key:<26} {value}")
+    click.echo("")
+    derived = {
+        "core (batch x in x out)": f"{config.batch}x{config.block_in}x{config.block_out}",
+        "peak int8": f"{config.peak_gops:.1f} GOP/s at {config.clock_mhz} MHz",
+        "uop buffer": f"{config.uop_depth} x {config.uop_elem_bytes} B",
+        "inp buffer": f"{config.inp_depth} x {config.inp_elem_bytes} B",
+        "wgt buffer": f"{config.wgt_depth} x {config.wgt_elem_bytes} B",
+        "acc buffer": f"{config.acc_depth} x {config.acc_elem_bytes} B",
+        "out buffer": f"{config.out_depth} x {config.out_elem_bytes} B",
+        "bus": f"{config.bus_width_bits} bits",
+        "name": config.bitstream_name,
+        "hash": config.hash,
+    }
+    for key, value in derived.items():
+        click.echo(f"{key:<26} {value}")
+
+
+@main.command("disasm")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--config", "config", type=CONFIG, default="default", show_default=True,
+              help="Hardware configuration the stream was built for (preset or JSON file).")
+@click.option("--uops", is_flag=True, help="FILE is a micro-op array (32-bit words).")
+def disasm(file: Path, config: HwConfig, uops: bool) -> None:
+    """Print a binary instruction stream (16-byte words) one instruction per line."""
+    from vtakit.vta_hw import disasm as dis
+
+    data = file.read_bytes()
+    try:
+        lines = dis.format_uops(data, config) if uops else dis.disassemble(data, config)
+    except ValueError as err:
+        raise click.ClickException(f"{file}: {err}") from None
+    for line in lines:
+        click.echo(line)
