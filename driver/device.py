@@ -1,0 +1,93 @@
+"""The one small interface every device implements: allocate, write, read, run, wait, identify."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.config import HwConfig
+
+__all__ = ["Device", "DeviceInfo", "RunResult"]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device says about itself (on hardware: the read-only ID register).
+
+    Attributes
+    ----------
+    name : str
+        ``"sim"``, ``"rtl"``, ``"fpga"``.
+    hw_ver : tuple[int, int, int]
+        ISA/hardware version.
+    config_hash : str
+        ``HwConfig.hash`` of the configuration the device was built for.
+    """
+
+    name: str
+    hw_ver: tuple[int, int, int]
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run reports: total cycles and the device's own statistics (if any)."""
+
+    cycles: int
+    stats: Any = None
+
+
+class Device(ABC):
+    """An accelerator with its own DRAM.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        The configuration the device implements.
+    """
+
+    def __init__(self, cfg: HwConfig):
+        self.cfg = cfg.validate()
+
+    @abstractmethod
+    def allocate(self, nbytes: int, align: int) -> int:
+        """Reserve ``nbytes`` of device memory; return its physical byte address."""
+
+    @abstractmethod
+    def free(self, addr: int) -> None:
+        """Release a block returned by :meth:`allocate`."""
+
+    @abstractmethod
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        """Copy host bytes into device memory at ``addr``."""
+
+    @abstractmethod
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """Copy ``nbytes`` of device memory at ``addr`` to a new uint8 array."""
+
+    @abstractmethod
+    def run(self, insn_addr: int, insn_count: int) -> None:
+        """Start the accelerator on ``insn_count`` instructions at ``insn_addr``."""
+
+    @abstractmethod
+    def wait(self, timeout_s: float) -> RunResult:
+        """Wait for the run to finish (FINISH executed); raise ``TimeoutError`` after
+        ``timeout_s`` seconds and :class:`~vtakit.vta_sim.errors.DeviceError` if the device
+        reports a fault."""
+
+    @abstractmethod
+    def identify(self) -> DeviceInfo:
+        """Version and configuration hash of the device."""
+
+    def check_compatible(self) -> None:
+        """Raise ``ValueError`` if the device was built for another configuration or ISA."""
+        info = self.identify()
+        if info.config_hash != self.cfg.hash or info.hw_ver != isa.HW_VER:
+            raise ValueError(
+                f"device {info.name} reports configuration {info.config_hash}, ISA "
+                f"{'.'.join(map(str, info.hw_ver))}; the driver expects {self.cfg.hash}, "
+                f"{'.'.join(map(str, isa.HW_VER))} ({self.cfg.bitstream_name})")

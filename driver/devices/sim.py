@@ -1,0 +1,96 @@
+"""The ``sim`` device: the cycle-accurate simulator with a numpy array as DRAM."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from vtakit.driver.device import Device, DeviceInfo, RunResult
+from vtakit.driver.memory import Allocator
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.config import HwConfig
+
+__all__ = ["SimDevice"]
+
+
+class SimDevice(Device):
+    """Runs streams on :class:`vtakit.vta_sim.Simulator`.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    dram_bytes : int
+        Size of the simulated DRAM (allocated lazily by the OS, so a large value is cheap).
+    timing : bool
+        Model time (cycle counts, statistics); ``False`` runs the functional model only.
+    cycle_limit : int | None
+        Stop a run that has not finished after this many cycles (``CycleLimitError``).
+    trace : str | os.PathLike | None
+        Write a Chrome-trace/Perfetto timeline of every run to this path (the last run wins).
+
+    Attributes
+    ----------
+    dram : np.ndarray
+        The device memory, uint8.
+    last_stats : vtakit.vta_sim.SimStats | None
+        Statistics of the last run.
+    """
+
+    def __init__(self, cfg: HwConfig, *, dram_bytes: int = 256 << 20, timing: bool = True,
+                 cycle_limit: int | None = None, trace: str | os.PathLike | None = None):
+        from vtakit.vta_sim import Simulator
+
+        super().__init__(cfg)
+        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
+        self.sim = Simulator(self.cfg, self.dram)
+        self.allocator = Allocator(dram_bytes)
+        self.timing = timing
+        self.cycle_limit = cycle_limit
+        self.trace = trace
+        self.last_stats = None
+        self._pending: tuple[int, int] | None = None
+
+    def allocate(self, nbytes: int, align: int) -> int:
+        return self.allocator.alloc(nbytes, align)
+
+    def free(self, addr: int) -> None:
+        self.allocator.free(addr)
+
+    def _check_range(self, what: str, addr: int, nbytes: int) -> None:
+        if addr < 0 or nbytes < 0 or addr + nbytes > self.dram.size:
+            raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} is outside device memory "
+                             f"[0, {self.dram.size:#x})")
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._check_range("write", addr, buf.size)
+        self.dram[addr:addr + buf.size] = buf
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        self._check_range("read", addr, nbytes)
+        return self.dram[addr:addr + nbytes].copy()
+
+    def run(self, insn_addr: int, insn_count: int) -> None:
+        if self._pending is not None:
+            raise RuntimeError("the sim device is already running a stream; wait() for it first")
+        self._check_range("instruction fetch", insn_addr, insn_count * isa.INSN_BYTES)
+        self._pending = (insn_addr, insn_count)
+
+    def wait(self, timeout_s: float) -> RunResult:
+        """Simulate the pending run in the calling thread.
+
+        A stream is finite and the simulator detects deadlock, so every run ends; ``timeout_s``
+        is not needed to stop it. ``cycle_limit`` (constructor) bounds the simulated time."""
+        if self._pending is None:
+            raise RuntimeError("wait() without a run(): nothing is running on the sim device")
+        insn_addr, insn_count = self._pending
+        self._pending = None
+        stats = self.sim.run(insn_addr, insn_count, timing=self.timing,
+                             cycle_limit=self.cycle_limit, trace=self.trace)
+        self.last_stats = stats
+        return RunResult(cycles=int(getattr(stats, "cycles", 0) or 0), stats=stats)
+
+    def identify(self) -> DeviceInfo:
+        return DeviceInfo(name="sim", hw_ver=isa.HW_VER, config_hash=self.cfg.hash)

@@ -1,0 +1,232 @@
+"""Micro-op kernels and relocatable instruction streams.
+
+A :class:`Program` is an encoded instruction stream whose DRAM addresses are left open: every
+LOAD/STORE names a *slot* (a buffer) and an element offset inside it, and :meth:`Program.link`
+patches ``dram_base`` for whatever physical addresses the slots get, without re-encoding. The
+compiler's artifacts store programs in this form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.config import HwConfig
+
+__all__ = ["Loop", "UopKernel", "KernelBuilder", "Reloc", "Program", "elem_bytes"]
+
+
+def elem_bytes(cfg: HwConfig, memory_type: isa.MemType) -> int:
+    """Bytes of one DRAM element of ``memory_type`` (the unit of ``dram_base``)."""
+    return {
+        isa.MemType.UOP: cfg.uop_elem_bytes, isa.MemType.WGT: cfg.wgt_elem_bytes,
+        isa.MemType.INP: cfg.inp_elem_bytes, isa.MemType.ACC: cfg.acc_elem_bytes,
+        isa.MemType.OUT: cfg.out_elem_bytes, isa.MemType.ACC_8BIT: cfg.out_elem_bytes,
+    }[isa.MemType(memory_type)]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One of the (at most two) loops around a kernel's micro-ops: ``extent`` iterations, each
+    adding the factors to the micro-op's dst, src and wgt indices."""
+
+    extent: int
+    dst: int = 0
+    src: int = 0
+    wgt: int = 0
+
+
+@dataclass(frozen=True)
+class UopKernel:
+    """A micro-op kernel: the micro-ops, their loops and what the GEMM/ALU does with them.
+
+    Attributes
+    ----------
+    mode : str
+        ``"gemm"`` or ``"alu"``.
+    uops : np.ndarray
+        int64 array (n, 3): dst, src, wgt of each micro-op.
+    loops : tuple[Loop, ...]
+        Outer loop first; ``iter_out``/``iter_in`` of the instruction (one loop is ``iter_in``).
+    reset : bool
+        Write zeros instead of computing.
+    alu_opcode, use_imm, imm :
+        The ALU operation (ALU kernels only).
+    """
+
+    mode: str
+    uops: np.ndarray
+    loops: tuple[Loop, ...] = ()
+    reset: bool = False
+    alu_opcode: isa.AluOp = isa.AluOp.ADD
+    use_imm: bool = False
+    imm: int = 0
+
+    def __post_init__(self):
+        if self.mode not in ("gemm", "alu"):
+            raise ValueError(f"kernel mode must be 'gemm' or 'alu', got {self.mode!r}")
+        if len(self.loops) > 2:
+            raise ValueError(f"a micro-op kernel has at most 2 loops, got {len(self.loops)}")
+        if len(self.uops) == 0:
+            raise ValueError("a micro-op kernel needs at least one micro-op")
+
+    @property
+    def signature(self) -> str:
+        """Content hash: two kernels with the same signature are interchangeable."""
+        h = hashlib.sha256(np.ascontiguousarray(self.uops, dtype=np.int64).tobytes())
+        h.update(repr((self.mode, self.loops, self.reset, int(self.alu_opcode),
+                       self.use_imm, self.imm)).encode())
+        return h.hexdigest()[:16]
+
+    def words(self, cfg: HwConfig) -> np.ndarray:
+        return isa.encode_uops(self.uops, cfg)
+
+    def insn(self, uop_bgn: int, **deps: int) -> isa.GemmInsn | isa.AluInsn:
+        """The GEMM/ALU instruction running this kernel from UOP SRAM index ``uop_bgn``."""
+        outer = self.loops[0] if len(self.loops) == 2 else Loop(1)
+        inner = self.loops[-1] if self.loops else Loop(1)
+        common = dict(reset=int(self.reset), uop_bgn=uop_bgn, uop_end=uop_bgn + len(self.uops),
+                      iter_out=outer.extent, iter_in=inner.extent,
+                      dst_factor_out=outer.dst, dst_factor_in=inner.dst,
+                      src_factor_out=outer.src, src_factor_in=inner.src, **deps)
+        if self.mode == "gemm":
+            return isa.GemmInsn(wgt_factor_out=outer.wgt, wgt_factor_in=inner.wgt, **common)
+        return isa.AluInsn(alu_opcode=isa.AluOp(self.alu_opcode), use_imm=int(self.use_imm),
+                           imm=self.imm, **common)
+
+
+class KernelBuilder:
+    """Records a kernel the VTA way: declare up to two loops, then push micro-ops."""
+
+    def __init__(self, mode: str, *, reset: bool = False, alu_opcode: isa.AluOp = isa.AluOp.ADD,
+                 use_imm: bool = False, imm: int = 0):
+        self.mode, self.reset = mode, reset
+        self.alu_opcode, self.use_imm, self.imm = alu_opcode, use_imm, imm
+        self._loops: list[Loop] = []
+        self._uops: list[tuple[int, int, int]] = []
+
+    def loop(self, extent: int, dst: int = 0, src: int = 0, wgt: int = 0) -> KernelBuilder:
+        if self._uops:
+            raise ValueError("declare the kernel's loops before its first micro-op")
+        if len(self._loops) == 2:
+            raise ValueError("a micro-op kernel has at most 2 loops")
+        if extent < 1:
+            raise ValueError(f"loop extent must be at least 1, got {extent}")
+        self._loops.append(Loop(extent, dst, src, wgt))
+        return self
+
+    def push(self, dst: int, src: int = 0, wgt: int = 0) -> KernelBuilder:
+        self._uops.append((dst, src, wgt))
+        return self
+
+    def build(self) -> UopKernel:
+        return UopKernel(self.mode, np.array(self._uops, dtype=np.int64).reshape(-1, 3),
+                         tuple(self._loops), self.reset, isa.AluOp(self.alu_opcode),
+                         self.use_imm, self.imm)
+
+
+@dataclass(frozen=True)
+class Reloc:
+    """Instruction ``index`` addresses slot ``slot`` at element ``elem_offset``
+    (elements of ``elem_bytes`` bytes)."""
+
+    index: int
+    slot: str
+    elem_offset: int
+    elem_bytes: int
+
+
+@dataclass
+class Program:
+    """A relocatable instruction stream.
+
+    Attributes
+    ----------
+    cfg : HwConfig
+    words : np.ndarray
+        uint64 (n, 2): the encoded instructions with ``dram_base`` = 0 where relocated.
+    relocs : list[Reloc]
+    constants : dict[str, np.ndarray]
+        Slots whose contents belong to the program (micro-op arrays): the runner allocates and
+        writes them; every other slot is an argument bound at link time.
+    """
+
+    cfg: HwConfig
+    words: np.ndarray
+    relocs: list[Reloc] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def arguments(self) -> list[str]:
+        """Slots that the caller binds to buffers (in first-use order)."""
+        seen = dict.fromkeys(r.slot for r in self.relocs if r.slot not in self.constants)
+        return list(seen)
+
+    def link(self, addresses: Mapping[str, int]) -> bytes:
+        """The stream with every ``dram_base`` set for the slots' physical byte addresses."""
+        missing = [s for s in dict.fromkeys(r.slot for r in self.relocs) if s not in addresses]
+        if missing:
+            raise ValueError(f"cannot link: no address for slot(s) {', '.join(missing)} "
+                             f"(got {', '.join(addresses) or 'none'})")
+        f = isa.layouts(self.cfg).mem["dram_base"]
+        words = self.words.copy()
+        if self.relocs:
+            idx = np.array([r.index for r in self.relocs], dtype=np.int64)
+            base = np.empty(len(self.relocs), dtype=np.int64)
+            for k, r in enumerate(self.relocs):
+                addr = int(addresses[r.slot])
+                if addr % r.elem_bytes:
+                    raise ValueError(
+                        f"cannot link instruction {r.index}: slot {r.slot!r} is at {addr:#x}, "
+                        f"not a multiple of its {r.elem_bytes}-byte elements")
+                base[k] = addr // r.elem_bytes + r.elem_offset
+            bad = (base < 0) | (base > f.max)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"cannot link instruction {self.relocs[k].index}: dram_base "
+                                 f"{int(base[k])} does not fit in {f.width} bits")
+            word = f.lsb // 64
+            mask = np.uint64(f.mask << (f.lsb % 64))
+            words[idx, word] = (words[idx, word] & ~mask) | \
+                (base.astype(np.uint64) << np.uint64(f.lsb % 64))
+        return words.astype("<u8").tobytes()
+
+    def insns(self) -> list[isa.Insn]:
+        """The (unlinked) instructions, decoded."""
+        return [isa.decode(int(lo) | (int(hi) << 64), self.cfg) for lo, hi in self.words]
+
+    def save(self, path: str | Path) -> None:
+        meta = {"config": self.cfg.to_dict(), "hw_ver": list(isa.HW_VER),
+                "relocs": [[r.index, r.slot, r.elem_offset, r.elem_bytes] for r in self.relocs],
+                "constants": list(self.constants)}
+        arrays = {f"const_{k}": v for k, v in enumerate(self.constants.values())}
+        np.savez(path, words=self.words, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                 **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path | io.BytesIO) -> Program:
+        with np.load(path) as z:
+            meta = json.loads(z["meta"].tobytes())
+            if tuple(meta["hw_ver"]) != isa.HW_VER:
+                raise ValueError(f"program was built for ISA {meta['hw_ver']}, this is "
+                                 f"{list(isa.HW_VER)}")
+            cfg = HwConfig.from_dict(meta["config"])
+            consts = {name: z[f"const_{k}"] for k, name in enumerate(meta["constants"])}
+            return cls(cfg, z["words"], [Reloc(*r) for r in meta["relocs"]], consts)
+
+    @classmethod
+    def from_insns(cls, cfg: HwConfig, insns: Sequence[isa.Insn], relocs: Sequence[Reloc] = (),
+                   constants: Mapping[str, np.ndarray] | None = None) -> Program:
+        data = isa.encode_stream(insns, cfg)
+        words = np.frombuffer(data, dtype="<u8").reshape(-1, 2).astype(np.uint64)
+        return cls(cfg, words, list(relocs), dict(constants or {}))
