@@ -16,8 +16,7 @@ install-dev: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 
 demo: install
-	$(BIN)/vtakit config list
-	$(BIN)/vtakit config show default
+	$(BIN)/vtakit demo
 
 test: install-dev
 	$(BIN)/python -m pytest

@@ -375,17 +375,36 @@ class Session:
             addresses[slot] = target.addr if isinstance(target, DeviceArray) else int(target)
         return addresses
 
-    def _execute(self, stream: bytes, timeout_s: float | None) -> RunResult:
-        count = len(stream) // isa.INSN_BYTES
+    def _execute(self, program: Program, bindings: Mapping[str, DeviceArray | int] | None,
+                 timeout_s: float | None) -> RunResult:
+        insn_addr, count = self._stage(program, bindings)
+        self.device.run(insn_addr, count)
+        self.last_result = self.device.wait(self.timeout_s if timeout_s is None else timeout_s)
+        return self.last_result
+
+    def _stage(self, program: Program, bindings: Mapping[str, DeviceArray | int] | None
+               ) -> tuple[int, int]:
+        """Link ``program`` and write it to device memory: (insn_addr, insn_count)."""
+        stream = program.link(self._addresses(program, bindings))
         if self._insn_buf is None or self._insn_buf.nbytes < len(stream):
             if self._insn_buf is not None:
                 self._insn_buf.free()
             size = max(len(stream), 4096)
             self._insn_buf = self.alloc((size,), np.uint8, name=f"insn{next(self._ids)}")
         self.device.write(self._insn_buf.addr, np.frombuffer(stream, dtype=np.uint8))
-        self.device.run(self._insn_buf.addr, count)
-        self.last_result = self.device.wait(self.timeout_s if timeout_s is None else timeout_s)
-        return self.last_result
+        return self._insn_buf.addr, len(stream) // isa.INSN_BYTES
+
+    def save_image(self, program: Program, path: str,
+                   bindings: Mapping[str, DeviceArray | int] | None = None,
+                   description: str = "") -> None:
+        """Save ``program`` linked to this session's buffers, with the device memory it
+        reads, as a :class:`vtakit.vta_sim.RunImage` (``vtakit sim`` replays it)."""
+        from vtakit.vta_sim import RunImage
+
+        insn_addr, count = self._stage(program, bindings)
+        top = max(a.addr + a.nbytes for a in self._arrays.values())
+        dram = self.device.read(0, (top + 4095) & ~4095)
+        RunImage(self.cfg, dram, insn_addr, count, description).save(path)
 
     def synchronize(self, timeout_s: float | None = None) -> RunResult:
         """Finish the stream, run it and wait for it; returns cycles and statistics."""
@@ -393,7 +412,7 @@ class Session:
             return RunResult(cycles=0)
         program = self.finalize()
         try:
-            return self._execute(program.link(self._addresses(program, None)), timeout_s)
+            return self._execute(program, None, timeout_s)
         except BaseException:
             self._resident.clear()  # the UOP SRAM may hold anything after a failed run
             self._uop_top = 0
@@ -424,7 +443,6 @@ class Session:
                              f"device is {self.cfg.hash}")
         if self._rec.insns:
             raise ValueError("run_program: synchronize the pending stream first")
-        stream = program.link(self._addresses(program, bindings))
         self._resident.clear()  # the program loads micro-ops wherever it likes
         self._uop_top = 0
-        return self._execute(stream, timeout_s)
+        return self._execute(program, bindings, timeout_s)

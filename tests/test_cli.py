@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -130,3 +131,32 @@ def test_disasm_errors(tmp_path):
     assert "instruction 1 (bytes 16..31): malformed instruction: opcode 5" in result.output
     result = run("disasm", str(tmp_path / "missing.bin"))
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_demo_runs_and_replays(tmp_path):
+    image, trace = tmp_path / "run.npz", tmp_path / "trace.json"
+    result = run("demo", "--config", "ecp5", "--save", str(image), "--trace", str(trace))
+    assert result.exit_code == 0, result.output
+    assert "outputs match numpy" in result.output
+    cycles = next(ln for ln in result.output.splitlines() if ln.startswith("cycles"))
+    replay = run("sim", str(image))
+    assert replay.exit_code == 0
+    assert cycles in replay.output  # the image replays to the same cycle count
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert any(e.get("ph") == "X" for e in events)
+
+
+def test_sim_reports_device_errors(tmp_path):
+    from vtakit.vta_sim import RunImage
+
+    cfg = preset("default")
+    stream = isa.encode_stream([isa.MemInsn(memory_type=isa.MemType.INP, dram_base=1 << 20,
+                                            y_size=1, x_size=4, x_stride=4, push_next=1),
+                                isa.FinishInsn(pop_prev=1)], cfg)
+    dram = np.zeros(4096, np.uint8)
+    dram[:len(stream)] = np.frombuffer(stream, np.uint8)
+    RunImage(cfg, dram, 0, 2).save(tmp_path / "bad.npz")
+    result = run("sim", str(tmp_path / "bad.npz"))
+    assert result.exit_code == 1
+    assert "instruction #0" in result.output and "DRAM" in result.output

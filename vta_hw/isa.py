@@ -27,7 +27,6 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Union
 
 import numpy as np
 
@@ -327,7 +326,7 @@ class FinishInsn(_Deps):
     opcode: Opcode = Opcode.FINISH
 
 
-Insn = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]
+Insn = MemInsn | GemmInsn | AluInsn | FinishInsn
 
 _CLASS_OF_OPCODE: dict[Opcode, type] = {
     Opcode.LOAD: MemInsn, Opcode.STORE: MemInsn, Opcode.GEMM: GemmInsn,

@@ -114,3 +114,27 @@ def disasm(file: Path, config: HwConfig, uops: bool) -> None:
         raise click.ClickException(f"{file}: {err}") from None
     for line in lines:
         click.echo(line)
+
+
+@main.command("demo")
+@click.option("--config", "config", type=CONFIG, default="default", show_default=True,
+              help="Hardware configuration (preset or JSON file).")
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="Also save the run as an image that `vtakit sim` replays.")
+@click.option("--trace", type=click.Path(dir_okay=False), default=None,
+              help="Write a Perfetto / Chrome-trace timeline of the run.")
+def demo(config: HwConfig, save: str | None, trace: str | None) -> None:
+    """Run the built-in example on the simulated accelerator and check it against numpy."""
+    from vtakit.driver.demo import run_demo
+
+    if not run_demo(config, click.echo, save=save, trace=trace):
+        raise click.ClickException("the accelerator's outputs differ from numpy")
+
+
+def _register_sim() -> None:
+    from vtakit.vta_sim.cli import sim_command
+
+    main.add_command(sim_command)
+
+
+_register_sim()

@@ -1,0 +1,457 @@
+"""What each instruction does: pure functions of (state, DRAM, one decoded instruction).
+
+Nothing here knows about time. An instruction is a mapping from field name to int, as
+:func:`vtakit.vta_sim.program.decode_program` produces. Faults raise :class:`ExecFault`; the caller
+adds the instruction index.
+
+Every arithmetic result wraps to int32 (two's complement). GEMM and ALU write ``OUT[dst]`` with the
+low 8 bits of the new ``ACC[dst]`` (truncation). ALU shifts: ``SHR`` by ``b >= 0`` is an arithmetic
+right shift by ``min(b, 31)``; by ``b < 0`` a left shift by ``-b``, which gives 0 when ``-b >= 32``.
+``reset=1`` makes GEMM and ALU write zeros to ``ACC[dst]`` and ``OUT[dst]`` of every iteration.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import numpy as np
+
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.isa import AluOp, MemType, Opcode
+
+from .errors import ExecFault
+from .state import ArchState
+
+__all__ = ["execute", "load", "store", "gemm", "alu", "loop_indices", "elem_bytes"]
+
+Insn = Mapping[str, int]
+
+
+@functools.lru_cache(maxsize=32)
+def _elem_bytes_table(cfg) -> tuple[int, ...]:
+    table = {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes,
+             MemType.INP: cfg.inp_elem_bytes, MemType.ACC: cfg.acc_elem_bytes,
+             MemType.OUT: cfg.out_elem_bytes, MemType.ACC_8BIT: cfg.batch * cfg.block_out}
+    return tuple(table[MemType(k)] for k in range(len(MemType)))
+
+
+def elem_bytes(cfg, memory_type: int) -> int:
+    """Bytes of one DRAM element of ``memory_type`` (``dram_base`` counts these): UOP 4,
+    ACC_8BIT ``batch * block_out``, the others their SRAM element size."""
+    return _elem_bytes_table(cfg)[memory_type]
+
+
+_BUFFERS = {MemType.UOP: ("uop", "UOP", "<u4"), MemType.WGT: ("wgt", "WGT", "i1"),
+            MemType.INP: ("inp", "INP", "i1"), MemType.ACC: ("acc", "ACC", "<i4"),
+            MemType.ACC_8BIT: ("acc", "ACC", "i1"), MemType.OUT: ("out", "OUT", "i1")}
+
+
+def _buffer(state: ArchState, mt: int) -> tuple[np.ndarray, str, str]:
+    """(SRAM array, its name, DRAM dtype) of a memory type."""
+    attr, name, dtype = _BUFFERS[mt]  # type: ignore[index]
+    return getattr(state, attr), name, dtype
+
+
+def _dram_elems(dram: np.ndarray, eb: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    n = dram.size // eb
+    return dram[: n * eb].view(dtype).reshape((n,) + shape)
+
+
+def _dram_check(dram: np.ndarray, insn: Insn, eb: int) -> None:
+    y, x, stride, base = insn["y_size"], insn["x_size"], insn["x_stride"], insn["dram_base"]
+    if y == 0 or x == 0:
+        return
+    end = (base + (y - 1) * stride + x) * eb
+    if end > dram.size:
+        raise ExecFault(
+            f"DRAM access out of range: bytes [{base * eb:#x}, {end:#x}) ({y} rows of {x} "
+            f"elements of {eb} B, stride {stride}) but DRAM is {dram.size:#x} bytes "
+            f"(expected the whole block below {dram.size:#x})")
+
+
+def _sram_check(name: str, depth: int, first: int, count: int) -> None:
+    if first + count > depth:
+        raise ExecFault(f"SRAM index out of range: {name}[{first}..{first + count - 1}] but "
+                        f"{name} has depth {depth} (expected indices 0..{depth - 1})")
+
+
+def _dram_index(insn: Insn) -> np.ndarray | slice:
+    y, x, stride, base = insn["y_size"], insn["x_size"], insn["x_stride"], insn["dram_base"]
+    if stride == x or y == 1:
+        return slice(base, base + y * x)
+    return (base + np.arange(y)[:, None] * stride + np.arange(x)[None, :]).ravel()
+
+
+def load(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
+    """2-D strided LOAD of INP, WGT, ACC, ACC_8BIT (sign-extended) or UOP, zero padded.
+
+    DRAM element ``dram_base + y*x_stride + x`` goes to SRAM row
+    ``sram_base + (y + y_pad_0) * (x_pad_0 + x_size + x_pad_1) + x_pad_0 + x``; the padding
+    rows and columns around the block are written with zeros. ``x_size == 0`` does nothing.
+    """
+    mt = insn["memory_type"]
+    if mt == MemType.OUT:
+        raise ExecFault("LOAD of memory_type OUT is not supported (expected UOP, WGT, INP, ACC "
+                        "or ACC_8BIT)")
+    y, x = insn["y_size"], insn["x_size"]
+    if x == 0:
+        return
+    y0, y1, x0, x1 = insn["y_pad_0"], insn["y_pad_1"], insn["x_pad_0"], insn["x_pad_1"]
+    rows, cols = y0 + y + y1, x0 + x + x1
+    buf, name, dtype = _buffer(state, mt)
+    eb = elem_bytes(state.cfg, mt)
+    base = insn["sram_base"]
+    _sram_check(name, buf.shape[0], base, rows * cols)
+    _dram_check(dram, insn, eb)
+    if rows == y and cols == x and (insn["x_stride"] == x or y == 1) \
+            and mt != MemType.ACC_8BIT:  # one contiguous run of bytes, no padding
+        a = insn["dram_base"] * eb
+        buf.reshape(buf.shape[0], -1).view(np.uint8)[base: base + y * x] = \
+            dram[a: a + y * x * eb].reshape(y * x, eb)
+        return
+    dst = buf[base: base + rows * cols].reshape((rows, cols) + buf.shape[1:])
+    if rows != y or cols != x:
+        dst[:y0] = 0
+        dst[y0 + y:] = 0
+        dst[y0: y0 + y, :x0] = 0
+        dst[y0: y0 + y, x0 + x:] = 0
+    if y == 0:
+        return
+    src = _dram_elems(dram, eb, dtype, buf.shape[1:])[_dram_index(insn)]
+    dst[y0: y0 + y, x0: x0 + x] = src.reshape((y, x) + buf.shape[1:])
+
+
+def store(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
+    """2-D strided STORE of OUT: SRAM row ``sram_base + y*x_size + x`` goes to DRAM element
+    ``dram_base + y*x_stride + x``. Padding fields must be zero; ``x_size == 0`` does nothing."""
+    mt = insn["memory_type"]
+    if mt != MemType.OUT:
+        raise ExecFault(f"STORE of memory_type {MemType(mt).name} is not supported (expected OUT)")
+    pads = [insn[k] for k in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")]
+    if any(pads):
+        raise ExecFault(f"STORE cannot pad: y_pad_0, y_pad_1, x_pad_0, x_pad_1 = {pads} "
+                        f"(expected all 0)")
+    y, x = insn["y_size"], insn["x_size"]
+    if x == 0 or y == 0:
+        return
+    buf, name, dtype = _buffer(state, mt)
+    eb = elem_bytes(state.cfg, mt)
+    base = insn["sram_base"]
+    _sram_check(name, buf.shape[0], base, y * x)
+    _dram_check(dram, insn, eb)
+    view = _dram_elems(dram, eb, dtype, buf.shape[1:])
+    view[_dram_index(insn)] = buf[base: base + y * x]
+
+
+def loop_indices(state: ArchState, insn: Insn, src_depth: int, src_name: str
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dst, src, wgt) rows of every iteration of a GEMM/ALU loop, in execution order
+    (``i`` outer, ``j``, then micro-op), range-checked; int64 arrays."""
+    cfg = state.cfg
+    bgn, end = insn["uop_bgn"], insn["uop_end"]
+    if end > cfg.uop_depth:
+        raise ExecFault(f"SRAM index out of range: uop_end={end} but UOP has depth "
+                        f"{cfg.uop_depth} (expected uop_end <= {cfg.uop_depth})")
+    iter_out, iter_in = insn["iter_out"], insn["iter_in"]
+    if end <= bgn or iter_out == 0 or iter_in == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    d, s, w = isa.decode_uops(state.uop[bgn:end], cfg)
+    i = np.arange(iter_out, dtype=np.int64)[:, None, None]
+    j = np.arange(iter_in, dtype=np.int64)[None, :, None]
+    dst = (d + i * insn["dst_factor_out"] + j * insn["dst_factor_in"]).ravel()
+    src = (s + i * insn["src_factor_out"] + j * insn["src_factor_in"]).ravel()
+    if "wgt_factor_out" in insn:
+        wgt = (w + i * insn["wgt_factor_out"] + j * insn["wgt_factor_in"]).ravel()
+    else:
+        wgt = np.zeros(0, np.int64)
+    for arr, depth, name in ((dst, cfg.acc_depth, "ACC"), (src, src_depth, src_name),
+                             (wgt, cfg.wgt_depth, "WGT")):
+        if arr.size and int(arr.max()) >= depth:
+            k = int(np.argmax(arr >= depth))
+            raise ExecFault(f"SRAM index out of range: {name}[{int(arr[k])}] at loop iteration "
+                            f"{k} but {name} has depth {depth} (expected indices 0..{depth - 1})")
+    return dst, src, wgt
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64).astype(np.int32)
+
+
+def _products(state: ArchState, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+    """``INP[src[n]] @ WGT[wgt[n]].T`` for every n as float32 (exact: |sum| < 2^24)."""
+    n = src.size
+    cfg = state.cfg
+    out = np.empty((n, cfg.batch, cfg.block_out), np.float32)
+    order = np.argsort(wgt, kind="stable")
+    ws = wgt[order]
+    starts = np.flatnonzero(np.r_[True, ws[1:] != ws[:-1]])
+    if len(starts) * 32 <= n:  # few weight tiles, each reused: one BLAS product per tile
+        bounds = np.r_[starts, n]
+        inp = state.inp
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            rows = order[a:b]
+            x = inp[src[rows]].reshape(-1, cfg.block_in).astype(np.float32)
+            w = state.wgt[ws[a]].astype(np.float32)
+            out[rows] = (x @ w.T).reshape(b - a, cfg.batch, cfg.block_out)
+        return out
+    x = state.inp[src].astype(np.float32)
+    w = state.wgt[wgt].astype(np.float32)
+    return np.matmul(x, w.transpose(0, 2, 1), out=out)
+
+
+def _write(state: ArchState, rows: np.ndarray, values: np.ndarray) -> None:
+    state.acc[rows] = values
+    state.out[rows] = values.astype(np.int8)  # low 8 bits: truncation, not saturation
+
+
+def _gemm_sums(state: ArchState, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, sums): the distinct ``dst`` rows and, for each, the int64 sum of every
+    ``INP[src] @ WGT[wgt].T`` the loop adds to it (the order of integer additions is
+    irrelevant: the result is wrapped to int32 once)."""
+    cfg = state.cfg
+    n = dst.size
+    order = np.argsort(dst, kind="stable")
+    ds = dst[order]
+    starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+    rows = ds[starts]
+    counts = np.diff(np.r_[starts, n])
+    g = int(counts[0])
+    if g > 1 and bool((counts == g).all()):
+        # Every row sums g products. Rows that use the same sequence of weight tiles form one
+        # matrix product: (rows x g*block_in) @ (g*block_in x block_out). Each term is at most
+        # 2^14 in magnitude, so float32 is exact up to 2^10 terms and float64 far beyond.
+        d = rows.size
+        ft = np.float32 if g * cfg.block_in <= 1024 else np.float64
+        s2 = src[order].reshape(d, g)
+        w2 = wgt[order].reshape(d, g)
+        seqs, inv = np.unique(w2, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        if seqs.shape[0] * 4 <= d:
+            out = np.empty((d, cfg.batch, cfg.block_out), ft)
+            by_seq = np.argsort(inv, kind="stable")
+            bounds = np.r_[0, np.cumsum(np.bincount(inv, minlength=seqs.shape[0]))]
+            for u in range(seqs.shape[0]):
+                sel = by_seq[bounds[u]: bounds[u + 1]]
+                w = state.wgt[seqs[u]].astype(ft)  # (g, block_out, block_in)
+                w = w.transpose(0, 2, 1).reshape(g * cfg.block_in, cfg.block_out)
+                x = state.inp[s2[sel]].astype(ft)  # (k, g, batch, block_in)
+                x = x.transpose(0, 2, 1, 3).reshape(sel.size * cfg.batch, g * cfg.block_in)
+                out[sel] = (x @ w).reshape(sel.size, cfg.batch, cfg.block_out)
+            return rows, out.astype(np.int64)
+    prod = _products(state, src[order], wgt[order]).astype(np.float64)
+    return rows, np.add.reduceat(prod, starts, axis=0).astype(np.int64)
+
+
+def _gemm_sums_by_loop(state: ArchState, insn: Insn) -> tuple[np.ndarray, np.ndarray] | None:
+    """The same sums as :func:`_gemm_sums`, using the loop structure: micro-ops with the same
+    ``dst`` field, at iterations with the same weight offset, form one matrix product
+    ``(iterations x k*block_in) @ (k*block_in x block_out)``. ``None`` if that would take many
+    small products (the caller then uses the general path)."""
+    cfg = state.cfg
+    bgn, end = insn["uop_bgn"], insn["uop_end"]
+    d, s, w = isa.decode_uops(state.uop[bgn:end], cfg)
+    i = np.arange(insn["iter_out"], dtype=np.int64)[:, None]
+    j = np.arange(insn["iter_in"], dtype=np.int64)[None, :]
+    doff = (i * insn["dst_factor_out"] + j * insn["dst_factor_in"]).ravel()
+    soff = (i * insn["src_factor_out"] + j * insn["src_factor_in"]).ravel()
+    woff = (i * insn["wgt_factor_out"] + j * insn["wgt_factor_in"]).ravel()
+    dvals, dgroup = np.unique(d, return_inverse=True)
+    wvals, wgroup = np.unique(woff, return_inverse=True)
+    if dvals.size * wvals.size > max(8, doff.size * d.size // 256):
+        return None
+    # Micro-op groups (one per dst value) that read the same source rows share one gather of
+    # the inputs and one product with their weights side by side.
+    clusters: dict[bytes, list[tuple[int, np.ndarray]]] = {}
+    dflat = dgroup.ravel()
+    for g, dv in enumerate(dvals.tolist()):
+        u = np.flatnonzero(dflat == g)
+        clusters.setdefault(s[u].tobytes(), []).append((dv, u))
+    out_rows, out_sums = [], []
+    bi, bo, b = cfg.block_in, cfg.block_out, cfg.batch
+    for members in clusters.values():
+        u0 = members[0][1]
+        k = u0.size
+        ft = np.float32 if k * bi <= 1024 else np.float64  # exact, as in _gemm_sums
+        sums = np.empty((doff.size, b, len(members), bo), ft)
+        for h, wv in enumerate(wvals.tolist()):
+            it = np.flatnonzero(wgroup.ravel() == h) if wvals.size > 1 else slice(None)
+            x = state.inp[s[u0][None, :] + soff[it][:, None]].astype(ft)  # (n, k, batch, in)
+            n = x.shape[0]
+            x = x.transpose(0, 2, 1, 3).reshape(n * b, k * bi)
+            uu = np.stack([u for _, u in members])  # (m, k)
+            wt = state.wgt[w[uu] + wv].astype(ft)  # (m, k, out, in)
+            wt = wt.transpose(1, 3, 0, 2).reshape(k * bi, len(members) * bo)
+            sums[it] = (x @ wt).reshape(n, b, len(members), bo)
+        for m, (dv, _) in enumerate(members):
+            out_rows.append(dv + doff)
+            out_sums.append(sums[:, :, m])
+    rows = np.concatenate(out_rows)
+    total = np.concatenate(out_sums).astype(np.int64)
+    uniq, inverse = np.unique(rows, return_inverse=True)
+    if uniq.size == rows.size:
+        result = np.empty_like(total)
+        result[inverse] = total
+        return uniq, result
+    acc = np.zeros((uniq.size,) + total.shape[1:], np.int64)
+    np.add.at(acc, inverse, total)
+    return uniq, acc
+
+
+def _gemm_in_range(state: ArchState, insn: Insn) -> bool:
+    """Whether every index of the loop is in range (factors are unsigned, so the largest
+    index is the largest micro-op field plus the last iteration's offsets)."""
+    cfg = state.cfg
+    bgn, end = insn["uop_bgn"], insn["uop_end"]
+    if end > cfg.uop_depth or end <= bgn or not insn["iter_out"] or not insn["iter_in"]:
+        return False
+    d, s, w = isa.decode_uops(state.uop[bgn:end], cfg)
+    io, ii = insn["iter_out"] - 1, insn["iter_in"] - 1
+    return (int(d.max()) + io * insn["dst_factor_out"] + ii * insn["dst_factor_in"]
+            < cfg.acc_depth
+            and int(s.max()) + io * insn["src_factor_out"] + ii * insn["src_factor_in"]
+            < cfg.inp_depth
+            and int(w.max()) + io * insn["wgt_factor_out"] + ii * insn["wgt_factor_in"]
+            < cfg.wgt_depth)
+
+
+def gemm(state: ArchState, insn: Insn) -> None:
+    """``ACC[dst] += INP[src] @ WGT[wgt].T`` (or ``= 0`` with reset) over the whole loop."""
+    if not insn["reset"] and _gemm_in_range(state, insn):
+        found = _gemm_sums_by_loop(state, insn)
+        if found is not None:
+            rows, sums = found
+            _write(state, rows, _wrap32(state.acc[rows].astype(np.int64) + sums))
+            return
+    dst, src, wgt = loop_indices(state, insn, state.cfg.inp_depth, "INP")
+    if dst.size == 0:
+        return
+    if insn["reset"]:
+        _write(state, dst, np.zeros((dst.size,) + state.acc.shape[1:], np.int32))
+        return
+    rows, sums = _gemm_sums(state, dst, src, wgt)
+    _write(state, rows, _wrap32(state.acc[rows].astype(np.int64) + sums))
+
+
+def _alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    a = a.astype(np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if op == AluOp.MIN:
+        r = np.minimum(a, b)
+    elif op == AluOp.MAX:
+        r = np.maximum(a, b)
+    elif op == AluOp.ADD:
+        r = a + b
+    elif op == AluOp.MUL:
+        r = a * b  # |a*b| < 2^62: exact in int64, then wrapped
+    else:  # SHR: arithmetic right by min(b, 31); negative b: left shift, 0 from 32 on
+        right = a >> np.minimum(np.maximum(b, 0), 31)
+        left_by = np.minimum(np.maximum(-b, 0), 32)
+        left = np.where(left_by >= 32, 0, a << np.minimum(left_by, 31))
+        r = np.where(b >= 0, right, left)
+    return _wrap32(r)
+
+
+def _hazard_free_len(dst: np.ndarray, src: np.ndarray | None) -> int:
+    """Length of the longest prefix in which no iteration writes a row that an earlier one of
+    the prefix wrote, nor reads one an earlier one wrote (so it may run as one vector step)."""
+    n = dst.size
+    rows, first = np.unique(dst, return_index=True)
+    pos = np.arange(n)
+    bad = first[np.searchsorted(rows, dst)] < pos  # row written again
+    if src is not None:
+        k = np.minimum(np.searchsorted(rows, src), rows.size - 1)
+        bad |= (rows[k] == src) & (first[k] < pos)  # reads a row written earlier
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else n
+
+
+def _reads_written_rows(dst: np.ndarray, src: np.ndarray) -> bool:
+    """Whether some iteration reads a row that an earlier iteration wrote."""
+    rows, first = np.unique(dst, return_index=True)
+    k = np.minimum(np.searchsorted(rows, src), rows.size - 1)
+    return bool(((rows[k] == src) & (first[k] < np.arange(dst.size))).any())
+
+
+def _alu_fold(state: ArchState, op: AluOp, dst: np.ndarray, operands: np.ndarray) -> bool:
+    """Apply the iterations of each destination row in order, folded into one step per row
+    (``operands[k]`` is iteration k's second operand); ``False`` if ``op`` cannot be folded
+    (SHR by amounts of both signs)."""
+    order = np.argsort(dst, kind="stable")
+    ds = dst[order]
+    starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+    rows = ds[starts]
+    b = operands[order]
+    a = state.acc[rows].astype(np.int64)
+    if op == AluOp.ADD:
+        r = a + np.add.reduceat(b, starts, axis=0)
+    elif op == AluOp.MIN:
+        r = np.minimum(a, np.minimum.reduceat(b, starts, axis=0))
+    elif op == AluOp.MAX:
+        r = np.maximum(a, np.maximum.reduceat(b, starts, axis=0))
+    elif op == AluOp.MUL:  # products wrap modulo 2^64, which keeps the low 32 bits exact
+        prod = np.multiply.reduceat(b.astype(np.uint64), starts, axis=0)
+        r = (a.astype(np.uint64) * prod).astype(np.int64)
+    elif (b >= 0).all():  # SHR right: shifts add up, clamped at 31
+        r = a >> np.minimum(np.add.reduceat(b, starts, axis=0), 31)
+    elif (b < 0).all():  # SHR left: shifts add up, 0 from 32 on
+        total = np.add.reduceat(-b, starts, axis=0)
+        r = np.where(total >= 32, 0, a << np.minimum(total, 31))
+    else:
+        return False
+    _write(state, rows, _wrap32(r))
+    return True
+
+
+def alu(state: ArchState, insn: Insn) -> None:
+    """``ACC[dst] = op(ACC[dst], imm if use_imm else ACC[src])`` in loop order.
+
+    Iterations that touch rows written earlier in the same instruction are evaluated in order.
+    When only destination rows repeat, each row's iterations are folded into one step (sum,
+    min, max, product, total shift); otherwise the loop is cut into the longest hazard-free
+    chunks, each evaluated as one vector step.
+    """
+    dst, src, _ = loop_indices(state, insn, state.cfg.acc_depth, "ACC")
+    if dst.size == 0:
+        return
+    if insn["reset"]:
+        _write(state, dst, np.zeros((dst.size,) + state.acc.shape[1:], np.int32))
+        return
+    op = AluOp(insn["alu_opcode"])
+    use_imm = bool(insn["use_imm"])
+    imm = insn["imm"]
+    if _hazard_free_len(dst, None if use_imm else src) < dst.size \
+            and (use_imm or not _reads_written_rows(dst, src)):
+        # only destination rows repeat: every operand is known before the loop runs
+        operands = (np.full((dst.size,) + state.acc.shape[1:], imm, np.int64) if use_imm
+                    else state.acc[src].astype(np.int64))
+        if _alu_fold(state, op, dst, operands):
+            return
+    start, n = 0, dst.size
+    window = n
+    while start < n:
+        stop = min(n, start + window)
+        d = dst[start:stop]
+        s = None if use_imm else src[start:stop]
+        k = _hazard_free_len(d, s)
+        d, s = d[:k], (None if s is None else s[:k])
+        b = imm if s is None else state.acc[s]
+        _write(state, d, _alu_op(op, state.acc[d], b))
+        whole = k == stop - start
+        start += k
+        window = window * 2 if whole else max(1, k * 2)
+
+
+def execute(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
+    """Apply one instruction's data effect (FINISH has none)."""
+    op = insn["opcode"]
+    if op == Opcode.LOAD:
+        load(state, dram, insn)
+    elif op == Opcode.STORE:
+        store(state, dram, insn)
+    elif op == Opcode.GEMM:
+        gemm(state, insn)
+    elif op == Opcode.ALU:
+        alu(state, insn)

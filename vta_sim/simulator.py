@@ -1,0 +1,88 @@
+"""The public entry point: :class:`Simulator`."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.config import HwConfig
+
+from .functional import run_functional
+from .program import decode_program
+from .state import ArchState
+from .stats import SimStats
+from .timing import run_timed
+
+__all__ = ["Simulator"]
+
+
+class Simulator:
+    """The accelerator in Python: architectural state plus a cycle-accurate timing model.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        The configuration to model.
+    dram : np.ndarray
+        The device memory: a writable, C-contiguous, 1-D ``uint8`` array owned by the caller;
+        LOAD reads it and STORE writes it in place.
+
+    Attributes
+    ----------
+    cfg : HwConfig
+    dram : np.ndarray
+    state : ArchState
+        The on-chip buffers; they persist from one :meth:`run` to the next.
+    """
+
+    def __init__(self, cfg: HwConfig, dram: np.ndarray):
+        if not isinstance(cfg, HwConfig):
+            raise TypeError(f"Simulator: cfg must be an HwConfig, got {type(cfg).__name__}")
+        if not isinstance(dram, np.ndarray):
+            raise TypeError(f"Simulator: dram must be a numpy uint8 array, got "
+                            f"{type(dram).__name__}")
+        if dram.dtype != np.uint8 or dram.ndim != 1 or not dram.flags.c_contiguous \
+                or not dram.flags.writeable:
+            raise ValueError(f"Simulator: dram must be a writable C-contiguous 1-D uint8 array, "
+                             f"got dtype={dram.dtype}, shape={dram.shape}, "
+                             f"contiguous={dram.flags.c_contiguous}, "
+                             f"writeable={dram.flags.writeable}")
+        self.cfg = cfg.validate()
+        self.dram = dram
+        self.state = ArchState.zeros(cfg)
+
+    def run(self, insn_addr: int, insn_count: int, *, timing: bool = True,
+            cycle_limit: int | None = None,
+            trace: str | os.PathLike | None = None) -> SimStats:
+        """Execute ``insn_count`` instructions starting at byte address ``insn_addr`` of DRAM.
+
+        The stream must end with FINISH. With ``timing=False`` only the data effects and the
+        token protocol are modelled (``cycles`` is 0, and ``trace`` is ignored: there is no
+        time to draw). ``trace`` names a Chrome-trace / Perfetto JSON file to write, one track
+        per unit and one for the memory port (written even when the run fails).
+
+        Raises :class:`DeviceError` (or :class:`DeadlockError`, :class:`CycleLimitError`)
+        naming the offending instruction.
+        """
+        if insn_addr < 0 or insn_addr % isa.INSN_BYTES:
+            raise ValueError(f"insn_addr={insn_addr:#x} must be a non-negative multiple of "
+                             f"{isa.INSN_BYTES}")
+        if insn_count < 1:
+            raise ValueError(f"insn_count={insn_count}: expected at least 1 (a FINISH)")
+        end = insn_addr + insn_count * isa.INSN_BYTES
+        if end > self.dram.size:
+            raise ValueError(f"instruction stream [{insn_addr:#x}, {end:#x}) lies outside DRAM "
+                             f"of {self.dram.size:#x} bytes")
+        if cycle_limit is not None and cycle_limit < 0:
+            raise ValueError(f"cycle_limit={cycle_limit}: expected a non-negative int or None")
+        prog = decode_program(self.dram[insn_addr:end], self.cfg)
+        stats = SimStats(timing=timing, macs_per_cycle=self.cfg.macs_per_cycle)
+        if timing:
+            run_timed(self.cfg, self.state, self.dram, prog, insn_addr, stats, cycle_limit,
+                      trace)
+        else:
+            stats.dram_read_bytes["INSN"] = insn_count * isa.INSN_BYTES
+            run_functional(self.cfg, self.state, self.dram, prog, stats)
+        return stats
