@@ -1,0 +1,1 @@
+"""Code generators: IR to executable kernels, one subpackage per target."""

@@ -1,0 +1,142 @@
+"""Small helpers for writing loop nests with `llvmlite.ir` (types, counted loops, vectors)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import llvmlite.ir as ir
+
+F32 = ir.FloatType()
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+VOID = ir.VoidType()
+PTR = ir.PointerType()  # opaque pointer (LLVM >= 17)
+
+
+def i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def f32(v: float) -> ir.Constant:
+    return ir.Constant(F32, v)
+
+
+def vec(t: ir.Type, n: int) -> ir.VectorType:
+    return ir.VectorType(t, n)
+
+
+def new_function(module: ir.Module, name: str, args: list[tuple[str, ir.Type]],
+                 ret: ir.Type = VOID, noalias: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
+    """Declare `name(args...)`, pointer arguments `noalias`, and return a builder at its entry."""
+    fn = ir.Function(module, ir.FunctionType(ret, [t for _, t in args]), name=name)
+    for a, (n, t) in zip(fn.args, args, strict=True):
+        a.name = n
+        if noalias and isinstance(t, ir.PointerType):
+            a.add_attribute("noalias")
+    fn.attributes.add("nounwind")
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+@contextlib.contextmanager
+def loop(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int = 1,
+         name: str = "i") -> Iterator[ir.Value]:
+    """``for i in range(start, stop, step)`` over i64 (step > 0); the body is built in the block.
+
+    The loop is guarded, so ``start >= stop`` runs zero iterations.
+    """
+    start = i64(start) if isinstance(start, int) else start
+    stop = i64(stop) if isinstance(stop, int) else stop
+    pre = b.block
+    fn = pre.function
+    head = fn.append_basic_block(f"{name}.head")
+    body = fn.append_basic_block(f"{name}.body")
+    done = fn.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    iv = b.phi(I64, name=name)
+    iv.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", iv, stop), body, done)
+    b.position_at_end(body)
+    yield iv
+    nxt = b.add(iv, i64(step), name=f"{name}.next")
+    iv.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def gep(b: ir.IRBuilder, ty: ir.Type, ptr: ir.Value, idx: ir.Value | int) -> ir.Value:
+    idx = i64(idx) if isinstance(idx, int) else idx
+    return b.gep(ptr, [idx], source_etype=ty)
+
+
+def load(b: ir.IRBuilder, ty: ir.Type, ptr: ir.Value, idx: ir.Value | int,
+         align: int | None = None) -> ir.Value:
+    return b.load(gep(b, ty, ptr, idx), typ=ty, align=align)
+
+
+def store(b: ir.IRBuilder, ty: ir.Type, val: ir.Value, ptr: ir.Value, idx: ir.Value | int,
+          align: int | None = None) -> None:
+    b.store(val, gep(b, ty, ptr, idx), align=align)
+
+
+def vload(b: ir.IRBuilder, n: int, ptr: ir.Value, idx: ir.Value | int, elt: ir.Type = F32,
+          align: int = 4) -> ir.Value:
+    """Load `n` consecutive `elt` starting at element `idx` as a vector."""
+    vt = vec(elt, n)
+    return b.load(gep(b, elt, ptr, idx), typ=vt, align=align)
+
+
+def vstore(b: ir.IRBuilder, val: ir.Value, ptr: ir.Value, idx: ir.Value | int,
+           elt: ir.Type = F32, align: int = 4) -> None:
+    b.store(val, gep(b, elt, ptr, idx), align=align)
+
+
+def splat(b: ir.IRBuilder, x: ir.Value, n: int) -> ir.Value:
+    vt = vec(x.type, n)
+    v = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined),
+                            ir.Constant(vec(I32, n), [0] * n))
+
+
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    return fn
+
+
+def fma(b: ir.IRBuilder, a: ir.Value, x: ir.Value, c: ir.Value) -> ir.Value:
+    """a * x + c, fused (``llvm.fma``) for float or float vectors."""
+    t = a.type
+    suffix = f"v{t.count}f32" if isinstance(t, ir.VectorType) else "f32"
+    fn = intrinsic(b.module, f"llvm.fma.{suffix}", t, [t, t, t])
+    return b.call(fn, [a, x, c])
+
+
+def fmax(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+    """max(a, x) as ``llvm.maxnum`` (NaN-ignoring, like numpy.fmax)."""
+    t = a.type
+    suffix = f"v{t.count}f32" if isinstance(t, ir.VectorType) else "f32"
+    return b.call(intrinsic(b.module, f"llvm.maxnum.{suffix}", t, [t, t]), [a, x])
+
+
+def fmin(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+    t = a.type
+    suffix = f"v{t.count}f32" if isinstance(t, ir.VectorType) else "f32"
+    return b.call(intrinsic(b.module, f"llvm.minnum.{suffix}", t, [t, t]), [a, x])
+
+
+def const_vec(t: ir.Type, n: int, v: float | int) -> ir.Constant:
+    return ir.Constant(vec(t, n), [v] * n)
+
+
+def imin(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", a, x), a, x)
+
+
+def imax(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", a, x), a, x)

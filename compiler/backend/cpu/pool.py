@@ -1,0 +1,151 @@
+"""float32 NCHW pooling as LLVM IR: max / average 2-D pooling and global average pooling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import llvmlite.ir as ir
+import numpy as np
+
+from . import gemm as G
+from . import irutil as U
+from .jit import CACHE
+from .parallel import run_parallel, split_range
+
+PoolKind = Literal["max", "avg"]
+
+
+@dataclass(frozen=True)
+class PoolGeom:
+    h: int
+    w: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    count_include_pad: bool = False
+
+    @property
+    def oh(self) -> int:
+        return (self.h + 2 * self.ph - self.kh) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + 2 * self.pw - self.kw) // self.sw + 1
+
+
+def _pool_module(kind: PoolKind, g: PoolGeom) -> ir.Module:
+    """pool(x, y, p0, p1): planes [p0, p1) (a plane is one (n, c) image)."""
+    m = ir.Module(name=f"pool_{kind}_{g.h}x{g.w}_k{g.kh}x{g.kw}_s{g.sh}x{g.sw}_p{g.ph}x{g.pw}")
+    _, b = U.new_function(m, "pool", [("x", U.PTR), ("y", U.PTR), ("p0", U.I64),
+                                       ("p1", U.I64)])
+    x, y, p0, p1 = b.function.args
+    acc = b.alloca(U.F32)
+    with U.loop(b, p0, p1, 1, "pl") as pl:
+        xb = b.mul(pl, U.i64(g.h * g.w))
+        yb = b.mul(pl, U.i64(g.oh * g.ow))
+        with U.loop(b, 0, U.i64(g.oh), 1, "oh") as oh:
+            h0 = b.sub(b.mul(oh, U.i64(g.sh)), U.i64(g.ph))
+            hs, he = U.imax(b, h0, U.i64(0)), U.imin(b, b.add(h0, U.i64(g.kh)), U.i64(g.h))
+            with U.loop(b, 0, U.i64(g.ow), 1, "ow") as ow:
+                w0 = b.sub(b.mul(ow, U.i64(g.sw)), U.i64(g.pw))
+                ws, we = U.imax(b, w0, U.i64(0)), U.imin(b, b.add(w0, U.i64(g.kw)), U.i64(g.w))
+                b.store(U.f32(float("-inf") if kind == "max" else 0.0), acc)
+                with U.loop(b, hs, he, 1, "ih") as ih:
+                    with U.loop(b, ws, we, 1, "iw") as iw:
+                        v = U.load(b, U.F32, x, b.add(xb, b.add(b.mul(ih, U.i64(g.w)), iw)))
+                        cur = b.load(acc)
+                        b.store(U.fmax(b, cur, v) if kind == "max" else b.fadd(cur, v), acc)
+                r = b.load(acc)
+                if kind == "avg":
+                    if g.count_include_pad:
+                        # the window clipped to the padded image, as ONNX / PyTorch count it
+                        hp = b.sub(U.imin(b, b.add(h0, U.i64(g.kh)), U.i64(g.h + g.ph)), h0)
+                        wp = b.sub(U.imin(b, b.add(w0, U.i64(g.kw)), U.i64(g.w + g.pw)), w0)
+                        cnt = b.mul(hp, wp)
+                    else:
+                        cnt = b.mul(b.sub(he, hs), b.sub(we, ws))
+                    r = b.fdiv(r, b.sitofp(cnt, U.F32))
+                U.store(b, U.F32, r, y, b.add(yb, b.add(b.mul(oh, U.i64(g.ow)), ow)))
+    b.ret_void()
+    return m
+
+
+def _gap_module() -> ir.Module:
+    """gap(x, y, p0, p1, hw): y[p] = mean(x[p, :hw])."""
+    m = ir.Module(name="global_avg_pool")
+    _, b = U.new_function(m, "gap", [("x", U.PTR), ("y", U.PTR), ("p0", U.I64), ("p1", U.I64),
+                                      ("hw", U.I64)])
+    x, y, p0, p1, hw = b.function.args
+    acc = b.alloca(U.F32)
+    with U.loop(b, p0, p1, 1, "p") as p:
+        b.store(U.f32(0.0), acc)
+        base = b.mul(p, hw)
+        with U.loop(b, 0, hw, 1, "i") as i:
+            b.store(b.fadd(b.load(acc), U.load(b, U.F32, x, b.add(base, i)),
+                           flags=("reassoc", "nsz")), acc)
+        U.store(b, U.F32, b.fdiv(b.load(acc), b.sitofp(hw, U.F32)), y, p)
+    b.ret_void()
+    return m
+
+
+def _pair(v: int | tuple[int, int], name: str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    if isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(i, int) for i in v):
+        return int(v[0]), int(v[1])
+    raise TypeError(f"pool2d: {name} must be an int or a pair of ints, got {v!r}")
+
+
+def pool2d(kind: PoolKind, x: np.ndarray, kernel: int | tuple[int, int],
+           stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+           count_include_pad: bool = False, threads: int = 1) -> np.ndarray:
+    """Max or average pooling of an NCHW float32 array (padding is symmetric and never wins a
+    max; average divides by the in-image count unless `count_include_pad`)."""
+    if kind not in ("max", "avg"):
+        raise ValueError(f"pool2d: kind={kind!r} not supported (expected 'max' or 'avg')")
+    G.check_array(x, f"{kind}_pool2d: x", 4)
+    kh, kw = _pair(kernel, "kernel")
+    sh, sw = _pair(stride if stride is not None else kernel, "stride")
+    ph, pw = _pair(padding, "padding")
+    if min(kh, kw, sh, sw) < 1 or min(ph, pw) < 0 or ph >= kh or pw >= kw:
+        raise ValueError(f"{kind}_pool2d: kernel={(kh, kw)}, stride={(sh, sw)} must be >= 1 and "
+                         f"0 <= padding={(ph, pw)} < kernel")
+    n, c, h, w = x.shape
+    g = PoolGeom(h, w, kh, kw, sh, sw, ph, pw, count_include_pad)
+    if g.oh < 1 or g.ow < 1:
+        raise ValueError(f"{kind}_pool2d: input {h}x{w} smaller than kernel {kh}x{kw}")
+    y = np.empty((n, c, g.oh, g.ow), np.float32)
+    fn = CACHE.get(("pool", kind, g), lambda: _pool_module(kind, g)).cfunc(
+        "pool", None, G._P, G._P, G._L, G._L)
+    run_parallel([lambda s=s, e=e: fn(x.ctypes.data, y.ctypes.data, s, e)
+                  for s, e in split_range(n * c, threads)])
+    return y
+
+
+def max_pool2d(x: np.ndarray, kernel: int | tuple[int, int],
+               stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+               threads: int = 1) -> np.ndarray:
+    return pool2d("max", x, kernel, stride, padding, threads=threads)
+
+
+def avg_pool2d(x: np.ndarray, kernel: int | tuple[int, int],
+               stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+               count_include_pad: bool = False, threads: int = 1) -> np.ndarray:
+    return pool2d("avg", x, kernel, stride, padding, count_include_pad, threads)
+
+
+def global_avg_pool(x: np.ndarray, threads: int = 1) -> np.ndarray:
+    """Mean over H and W of an NCHW float32 array; output (N, C, 1, 1)."""
+    G.check_array(x, "global_avg_pool: x", 4)
+    n, c, h, w = x.shape
+    if h * w == 0:
+        raise ValueError(f"global_avg_pool: x has an empty spatial extent, shape {x.shape}")
+    y = np.empty((n, c, 1, 1), np.float32)
+    fn = CACHE.get(("gap",), _gap_module).cfunc("gap", None, G._P, G._P, G._L, G._L, G._L)
+    run_parallel([lambda s=s, e=e: fn(x.ctypes.data, y.ctypes.data, s, e, h * w)
+                  for s, e in split_range(n * c, threads)])
+    return y
