@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
@@ -79,10 +80,13 @@ class Simulator:
             raise ValueError(f"cycle_limit={cycle_limit}: expected a non-negative int or None")
         prog = decode_program(self.dram[insn_addr:end], self.cfg)
         stats = SimStats(timing=timing, macs_per_cycle=self.cfg.macs_per_cycle)
-        if timing:
-            run_timed(self.cfg, self.state, self.dram, prog, insn_addr, stats, cycle_limit,
-                      trace)
-        else:
-            stats.dram_read_bytes["INSN"] = insn_count * isa.INSN_BYTES
-            run_functional(self.cfg, self.state, self.dram, prog, stats)
+        # The matrix products of one instruction are small: a multi-threaded BLAS spends more
+        # time waking its threads than computing (10x slower when another process is busy).
+        with threadpool_limits(limits=1, user_api="blas"):
+            if timing:
+                run_timed(self.cfg, self.state, self.dram, prog, insn_addr, stats, cycle_limit,
+                          trace)
+            else:
+                stats.dram_read_bytes["INSN"] = insn_count * isa.INSN_BYTES
+                run_functional(self.cfg, self.state, self.dram, prog, stats)
         return stats
