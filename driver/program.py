@@ -210,8 +210,9 @@ class Program:
                 "relocs": [[r.index, r.slot, r.elem_offset, r.elem_bytes] for r in self.relocs],
                 "constants": list(self.constants)}
         arrays = {f"const_{k}": v for k, v in enumerate(self.constants.values())}
-        np.savez(path, words=self.words, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                 **arrays)
+        arrays["words"] = self.words
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+        np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy stubs: allow_pickle
 
     @classmethod
     def load(cls, path: str | Path | io.BytesIO) -> Program:
