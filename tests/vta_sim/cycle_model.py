@@ -111,6 +111,10 @@ def cycles(insns: list[dict], units: list[str], cfg: HwConfig, insn_addr: int,
                             freed[q] += 1
                         start(s, u, insn, c, cfg, requests)
                         changed = True
+        for u, s in st.items():
+            if s.get("req_at") == c:
+                requests[u] = s["xfer"]
+                s["req_at"] = None
         # -- memory port
         if port_free <= c:
             for client in PRIO:
@@ -146,7 +150,10 @@ def start(s: dict, u: str, insn: dict, c: int, cfg: HwConfig, requests: dict) ->
         s["xfer"] = Xfer(bursts_of(rows_, cfg.bus_bytes, cfg.mem_max_burst_beats),
                          op == Opcode.STORE)
         s["pad"] = pad
-        requests[u] = s["xfer"]
+        if op == Opcode.STORE:  # docs/timing.md §4: a STORE requests the port at s + 1
+            s["req_at"] = c + 1
+        else:
+            requests[u] = s["xfer"]
         return
     if op in (Opcode.GEMM, Opcode.ALU):
         nu = max(0, insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..timing import TimedRun
 
 __all__ = ["unit", "gemm_cycles", "alu_cycles", "pad_elems", "n_uops",
-           "GEMM_PIPELINE_CYCLES", "ALU_PIPELINE_CYCLES", "POPS", "PUSHES"]
+           "GEMM_PIPELINE_CYCLES", "ALU_PIPELINE_CYCLES", "STORE_SETUP_CYCLES", "POPS", "PUSHES"]
 
 #: Cycles a GEMM adds to its micro-op count: decode, uop read, operand read, multiply, adder
 #: tree + ACC write.
@@ -28,6 +28,9 @@ GEMM_PIPELINE_CYCLES = 5
 #: Cycles an ALU instruction adds to its micro-op issue cycles: decode, uop read, ACC read,
 #: ALU, ACC write.
 ALU_PIPELINE_CYCLES = 5
+#: Cycles between a STORE's start and its first port request: the OUT buffer is a block RAM
+#: with a registered read port, so the first beat's data exists one cycle after the start.
+STORE_SETUP_CYCLES = 1
 
 #: (flag, token queue) pairs each unit pops and pushes (vta-reference.md §1).
 POPS = {"load": (("pop_next", "g2l"),),
@@ -79,6 +82,8 @@ def _mem_insn(run: TimedRun, name: str, proc: Proc,
                                 memory.row_starts(insn["dram_base"], y, insn["x_stride"], eb))
     beats = memory.total_beats(starts, nbytes, cfg.bus_bytes)
     if beats:
+        if write:  # one cycle to read the first OUT element before the port may take it
+            yield ("delay", STORE_SETUP_CYCLES)
         yield ("xfer", Transfer(name, write, starts, nbytes, beats, proc))
     else:
         yield ("delay", 1)

@@ -1,0 +1,121 @@
+"""Whole-core checks in Amaranth's simulator: cycles and DRAM against vta_sim."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.config import preset
+from vtakit.vta_hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemInsn, MemType, Opcode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from core_harness import compare  # noqa: E402
+
+
+def ld(mt, sram, dram_elem, y, x, stride=None, pads=(0, 0, 0, 0), **flags):
+    return MemInsn(opcode=Opcode.LOAD, memory_type=mt, sram_base=sram, dram_base=dram_elem,
+                   y_size=y, x_size=x, x_stride=x if stride is None else stride,
+                   y_pad_0=pads[0], y_pad_1=pads[1], x_pad_0=pads[2], x_pad_1=pads[3], **flags)
+
+
+def st(sram, dram_elem, y, x, stride=None, **flags):
+    return MemInsn(opcode=Opcode.STORE, memory_type=MemType.OUT, sram_base=sram,
+                   dram_base=dram_elem, y_size=y, x_size=x,
+                   x_stride=x if stride is None else stride, **flags)
+
+
+def gemm64(**flags):
+    return GemmInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, **flags)
+
+
+# timing.md §5, default preset (D and E change one queue depth)
+EXAMPLES = {
+    "A": ("default", {}, [ld(MemType.INP, 0, 0, 1, 4, pads=(1, 1, 1, 1), push_next=1),
+                          FinishInsn(pop_prev=1)], 92),
+    "B-gemm": ("default", {}, [gemm64(), FinishInsn()], 36 + 1 + 69 + 1),
+    "B-alu": ("default", {}, [AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8),
+                              FinishInsn()], 36 + 1 + 133 + 1),
+    "C": ("default", {}, [ld(MemType.WGT, 0, 0, 1, 8, push_next=1)]
+          + [GemmInsn(uop_bgn=0, uop_end=0)] * 8 + [FinishInsn(pop_prev=1)], 342),
+    "D": ("default", {"cmd_queue_depth": 1}, [gemm64()] * 3 + [FinishInsn()], 249),
+    "E": ("default", {"dep_queue_depth": 1},
+          [ld(MemType.INP, 0, 0, 0, 0, push_next=1)] * 2
+          + [gemm64(pop_prev=1), GemmInsn(pop_prev=1), FinishInsn()], 116),
+}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_worked_example(name):
+    cfg_name, changes, insns, cycles = EXAMPLES[name]
+    cfg = preset(cfg_name).replace(**changes) if changes else preset(cfg_name)
+    dram = np.zeros(1 << 14, np.uint8)
+    rtl, sim = compare(cfg, dram, insns)
+    assert rtl == sim == cycles
+
+
+def mixed_program(cfg, nu=6):
+    """Every instruction kind: unaligned UOP load, strided padded INP, WGT, ACC, ACC_8BIT,
+    padding-only load, GEMM with back-to-back accumulation, every ALU op (tensor and
+    immediate, negative and positive shifts), reset, a strided unaligned STORE."""
+    ei, ew, ea = cfg.inp_elem_bytes, cfg.wgt_elem_bytes, cfg.acc_elem_bytes
+    e8, eo = cfg.batch * cfg.block_out, cfg.out_elem_bytes
+    return [
+        ld(MemType.UOP, 1, 4096 // 4 + 1, 1, nu - 1),
+        ld(MemType.UOP, 0, 4096 // 4, 1, 1),
+        ld(MemType.INP, 0, 8192 // ei + 1, 3, 3, stride=5, pads=(1, 0, 2, 1)),
+        ld(MemType.WGT, 0, 12288 // ew, 2, 2, stride=3),
+        ld(MemType.ACC, 0, 16384 // ea, 2, 3, stride=4),
+        ld(MemType.ACC_8BIT, 6, 20480 // e8 + 1, 2, 3, stride=3),
+        ld(MemType.INP, 20, 8192 // ei, 0, 3, pads=(1, 1, 0, 0), push_next=1),
+        GemmInsn(pop_prev=1, uop_bgn=0, uop_end=nu, iter_out=2, iter_in=2, dst_factor_out=3,
+                 dst_factor_in=1, src_factor_out=4, src_factor_in=1, wgt_factor_out=1),
+        GemmInsn(uop_bgn=0, uop_end=3, iter_out=1, iter_in=3),
+        AluInsn(uop_bgn=0, uop_end=nu, iter_in=2, dst_factor_in=1, src_factor_in=2,
+                alu_opcode=AluOp.ADD),
+        AluInsn(uop_bgn=0, uop_end=3, iter_out=2, dst_factor_out=1, alu_opcode=AluOp.SHR,
+                use_imm=1, imm=-3),
+        AluInsn(uop_bgn=0, uop_end=3, alu_opcode=AluOp.SHR, use_imm=1, imm=2),
+        AluInsn(uop_bgn=0, uop_end=4, iter_in=2, alu_opcode=AluOp.MUL, src_factor_in=3),
+        AluInsn(uop_bgn=1, uop_end=4, alu_opcode=AluOp.MAX, use_imm=1, imm=-100),
+        AluInsn(uop_bgn=0, uop_end=4, alu_opcode=AluOp.MIN),
+        GemmInsn(reset=1, uop_bgn=5, uop_end=6, push_next=1),
+        st(0, 24576 // eo + 1, 3, 3, stride=5, pop_prev=1, push_prev=1),
+        FinishInsn(pop_next=1),
+    ]
+
+
+@pytest.mark.parametrize("cfg_name", ["ice40", "ecp5", "default"])
+def test_mixed_program_matches_vta_sim(cfg_name):
+    cfg = preset(cfg_name)
+    rng = np.random.default_rng(1)
+    dram = rng.integers(0, 256, 1 << 15).astype(np.uint8)
+    dram[:4096] = 0
+    nu = 6
+    uops = isa.encode_uops(np.array([[i % 3, i, i % 2] for i in range(nu)]), cfg)
+    dram[4096:4096 + 4 * nu] = uops.view(np.uint8)
+    rtl, sim = compare(cfg, dram, mixed_program(cfg, nu), insn_addr=48)
+    assert rtl == sim
+
+
+def test_store_preempted_by_loads_small_bursts():
+    """Short bursts and latency: fetch, compute, load and store contend for the port."""
+    cfg = preset("ice40").replace(mem_max_burst_beats=2, mem_read_latency_cycles=3,
+                                  cmd_queue_depth=2, dep_queue_depth=2)
+    rng = np.random.default_rng(2)
+    dram = rng.integers(0, 256, 1 << 15).astype(np.uint8)
+    prog = [ld(MemType.ACC_8BIT, 0, 20480 // 2, 4, 5, stride=7),
+            AluInsn(uop_bgn=0, uop_end=0, push_next=1),
+            st(0, 24576 // 2 + 3, 4, 5, stride=6, pop_prev=1),
+            ld(MemType.WGT, 0, 12288 // 4 + 1, 3, 7, stride=9),
+            ld(MemType.INP, 0, 8192 // 2 + 1, 3, 7, stride=9, push_next=1),
+            ld(MemType.UOP, 0, 4096 // 4 + 3, 1, 9, pop_prev=1),
+            st(0, 28672 // 2, 2, 9, stride=9, push_prev=1),
+            FinishInsn(pop_next=1)]
+    prog[5] = GemmInsn(pop_prev=1, uop_bgn=0, uop_end=0)
+    prog.insert(6, ld(MemType.UOP, 0, 4096 // 4 + 3, 1, 9))
+    rtl, sim = compare(cfg, dram, prog, insn_addr=16)
+    assert rtl == sim

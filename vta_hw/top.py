@@ -1,0 +1,156 @@
+"""The accelerator core: fetch, the three command queues, four token queues, load / compute /
+store units, the on-chip buffers and the shared memory port, wired together.
+
+Ports (see docs/hardware.md): ``start`` (one-cycle pulse; ``insn_addr`` and ``insn_count``
+sampled with it; the next cycle is cycle 0 of docs/timing.md), ``done`` (high from the cycle
+FINISH finishes until the next start), ``cycles`` (cycle counter, frozen at the total cycle count
+when ``done`` rises), ``hw_ver``, ``hw_id``, and the burst memory interface ``mem_*``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.compute import Compute
+from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.dma import lanes_of
+from vtakit.vta_hw.fetch import Fetch
+from vtakit.vta_hw.isa import MemType
+from vtakit.vta_hw.load import Load
+from vtakit.vta_hw.mem_port import MemPort
+from vtakit.vta_hw.queues import CmdQueue, TokenCounter
+from vtakit.vta_hw.sram import BankedMemory
+from vtakit.vta_hw.store import Store
+
+__all__ = ["Core", "hw_ver_word"]
+
+
+def hw_ver_word() -> int:
+    major, minor, patch = isa.HW_VER
+    return (major << 16) | (minor << 8) | patch
+
+
+class Core(wiring.Component):
+    """The whole accelerator (Verilog module ``vta_core``).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    """
+
+    def __init__(self, cfg: HwConfig):
+        if not isinstance(cfg, HwConfig):
+            raise TypeError(f"Core: cfg must be an HwConfig, got {type(cfg).__name__}")
+        self.cfg = cfg.validate()
+        mb, bus = cfg.mem_max_burst_beats, cfg.bus_width_bits
+        super().__init__({
+            "start": In(1), "insn_addr": In(32), "insn_count": In(32),
+            "done": Out(1), "cycles": Out(32), "hw_ver": Out(32), "hw_id": Out(32),
+            "mem_rd_valid": Out(1), "mem_rd_addr": Out(32), "mem_rd_beats": Out(range(1, mb + 1)),
+            "mem_rd_data_valid": In(1), "mem_rd_data": In(bus),
+            "mem_wr_valid": Out(1), "mem_wr_addr": Out(32), "mem_wr_beats": Out(range(1, mb + 1)),
+            "mem_wr_data_valid": Out(1), "mem_wr_data": Out(bus), "mem_wr_strb": Out(bus // 8),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.d.comb += [self.hw_ver.eq(hw_ver_word()), self.hw_id.eq(cfg.hash_u32)]
+        port = m.submodules.mem_port = MemPort(cfg)
+        fetch = m.submodules.fetch = Fetch(cfg)
+        load = m.submodules.load = Load(cfg)
+        compute = m.submodules.compute = Compute(cfg)
+        store = m.submodules.store = Store(cfg)
+        queues = {q: CmdQueue(cfg.cmd_queue_depth) for q in ("load", "compute", "store")}
+        for q, mod in queues.items():
+            m.submodules[f"{q}_queue"] = mod
+        tokens = {t: TokenCounter(cfg.dep_queue_depth) for t in ("l2g", "g2l", "g2s", "s2g")}
+        for t, mod in tokens.items():
+            m.submodules[f"{t}_tokens"] = mod
+
+        # memory side
+        for name in ("mem_rd_valid", "mem_rd_addr", "mem_rd_beats", "mem_wr_valid",
+                     "mem_wr_addr", "mem_wr_beats", "mem_wr_data_valid", "mem_wr_data",
+                     "mem_wr_strb"):
+            m.d.comb += getattr(self, name).eq(getattr(port, name))
+        m.d.comb += [port.mem_rd_data_valid.eq(self.mem_rd_data_valid),
+                     port.mem_rd_data.eq(self.mem_rd_data)]
+        for c, unit in (("fetch", fetch), ("compute", compute), ("load", load), ("store", store)):
+            m.d.comb += [getattr(port, f"{c}_req").eq(unit.req),
+                         getattr(port, f"{c}_addr").eq(unit.addr),
+                         getattr(port, f"{c}_beats").eq(unit.beats),
+                         unit.grant.eq(getattr(port, f"{c}_grant"))]
+            if c != "store":
+                m.d.comb += [unit.rd_valid.eq(getattr(port, f"{c}_rd_valid")),
+                             unit.rd_data.eq(port.rd_data)]
+        m.d.comb += [store.wr_beat.eq(port.store_wr_beat),
+                     port.store_wr_data.eq(store.wr_data), port.store_wr_strb.eq(store.wr_strb)]
+
+        # fetch → command queues → units
+        m.d.comb += [fetch.start.eq(self.start), fetch.insn_addr.eq(self.insn_addr),
+                     fetch.insn_count.eq(self.insn_count)]
+        for q, unit in (("load", load), ("compute", compute), ("store", store)):
+            mod = queues[q]
+            m.d.comb += [mod.w_en.eq(getattr(fetch, f"{q}_w_en")), mod.w_data.eq(fetch.w_data),
+                         getattr(fetch, f"{q}_full").eq(mod.full),
+                         unit.cmd_valid.eq(mod.r_valid), unit.cmd_data.eq(mod.r_data),
+                         mod.r_en.eq(unit.cmd_take)]
+        # token queues: producer pushes, consumer pops
+        for t, prod, cons in (("l2g", load, compute), ("g2l", compute, load),
+                              ("g2s", compute, store), ("s2g", store, compute)):
+            mod = tokens[t]
+            m.d.comb += [mod.push.eq(getattr(prod, f"{t}_push")),
+                         getattr(prod, f"{t}_can_push").eq(mod.can_push),
+                         mod.pop.eq(getattr(cons, f"{t}_pop")),
+                         getattr(cons, f"{t}_avail").eq(mod.avail)]
+
+        # on-chip buffers
+        def sram(name, width, depth, banks, w_lanes, r_lanes):
+            mod = BankedMemory(width, depth, banks, w_lanes, r_lanes)
+            m.submodules[f"{name}_sram"] = mod
+            return mod
+
+        ru, ri = lanes_of(cfg, MemType.UOP), lanes_of(cfg, MemType.INP)
+        rw, ro = lanes_of(cfg, MemType.WGT), lanes_of(cfg, MemType.OUT)
+        ra = compute.acc_lanes
+        uop = sram("uop", 32, cfg.uop_depth, ru, ru, 1)
+        inp = sram("inp", cfg.inp_elem_bits, cfg.inp_depth, ri, ri, 1)
+        wgt = sram("wgt", cfg.wgt_elem_bits, cfg.wgt_depth, rw, rw, 1)
+        acc = sram("acc", cfg.acc_elem_bits, cfg.acc_depth, ra, ra, 1)
+        out = sram("out", cfg.out_elem_bits, cfg.out_depth, ro, 1, ro)
+
+        def wire_w(mem, en, addr, dat):
+            for k in range(mem.w_lanes):
+                m.d.comb += [mem.w_en[k].eq(en[k]), mem.w_addr[k].eq(addr[k]),
+                             mem.w_data[k].eq(dat[k])]
+
+        def wire_r(mem, addr, dat):
+            for k in range(mem.r_lanes):
+                m.d.comb += [mem.r_addr[k].eq(addr[k]), dat[k].eq(mem.r_data[k])]
+
+        wire_w(uop, compute.uop_w_en, compute.uop_w_addr, compute.uop_w_data)
+        wire_r(uop, compute.uop_r_addr, compute.uop_r_data)
+        wire_w(inp, load.inp_w_en, load.inp_w_addr, load.inp_w_data)
+        wire_r(inp, compute.inp_r_addr, compute.inp_r_data)
+        wire_w(wgt, load.wgt_w_en, load.wgt_w_addr, load.wgt_w_data)
+        wire_r(wgt, compute.wgt_r_addr, compute.wgt_r_data)
+        wire_w(acc, compute.acc_w_en, compute.acc_w_addr, compute.acc_w_data)
+        wire_r(acc, compute.acc_r_addr, compute.acc_r_data)
+        wire_w(out, compute.out_w_en, compute.out_w_addr, compute.out_w_data)
+        wire_r(out, store.out_r_addr, store.out_r_data)
+
+        # run control: cycle 0 is the cycle after start; done from FINISH's finish cycle
+        done = Signal()
+        running = Signal()
+        cycles = Signal(32)
+        m.d.comb += [self.done.eq(done), self.cycles.eq(cycles)]
+        with m.If(running & ~done):
+            m.d.sync += cycles.eq(cycles + 1)
+        with m.If(compute.finish_start & running):
+            m.d.sync += done.eq(1)
+        with m.If(self.start):
+            m.d.sync += [cycles.eq(0), done.eq(0), running.eq(1)]
+        return m
