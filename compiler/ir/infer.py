@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,11 +24,17 @@ class InferError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """min_src..max_src operands and the attribute class an operator takes."""
+    """min_src..max_src operands and the attribute class (or classes) an operator takes."""
 
     min_src: int
     max_src: int
-    attrs: type[o.Attrs]
+    attrs: type[o.Attrs] | tuple[type[o.Attrs], ...]
+
+    @property
+    def attrs_name(self) -> str:
+        if isinstance(self.attrs, tuple):
+            return " or ".join(a.__name__ for a in self.attrs)
+        return self.attrs.__name__
 
 
 UNARY = frozenset({
@@ -64,8 +71,9 @@ SIGNATURES: dict[Op, Signature] = {
     Op.GELU: Signature(1, 1, o.GeluAttrs), Op.CLIP: Signature(1, 1, o.ClipAttrs),
     **{op: Signature(2, 2, o.NoAttrs) for op in BINARY | COMPARE | {Op.POW}},
     Op.MOD: Signature(2, 2, o.ModAttrs), Op.WHERE: Signature(3, 3, o.NoAttrs),
-    Op.MATMUL: Signature(2, 2, o.NoAttrs), Op.GEMM: Signature(2, 3, o.GemmAttrs),
-    Op.CONV: Signature(2, 3, o.ConvAttrs),
+    # MATMUL, GEMM and CONV take one more operand, the residual, with an Epilogue(residual=True).
+    Op.MATMUL: Signature(2, 4, (o.NoAttrs, o.MatMulAttrs)), Op.GEMM: Signature(2, 4, o.GemmAttrs),
+    Op.CONV: Signature(2, 4, o.ConvAttrs),
     Op.CONV_TRANSPOSE: Signature(2, 3, o.ConvTransposeAttrs),
     Op.MAX_POOL: Signature(1, 1, o.PoolAttrs), Op.AVG_POOL: Signature(1, 1, o.PoolAttrs),
     Op.MAX_POOL_INDEX: Signature(1, 1, o.PoolAttrs), Op.COL2IM: Signature(1, 1, o.ConvAttrs),
@@ -93,6 +101,7 @@ SIGNATURES: dict[Op, Signature] = {
     Op.REVERSE_SEQUENCE: Signature(2, 2, o.ReverseSequenceAttrs),
     Op.SCATTER_ELEMENTS: Signature(3, 3, o.ScatterAttrs),
     Op.SCATTER_ND: Signature(3, 3, o.ScatterAttrs),
+    Op.FUSED_ELEMENTWISE: Signature(1, 1 << 30, o.FusedElementwiseAttrs),
 }
 assert set(SIGNATURES) == set(Op), set(Op) - set(SIGNATURES)
 
@@ -170,7 +179,19 @@ def infer(op: Op, src: Sequence[o.Node], attrs: o.Attrs,
         raise InferError(f"{op.name} takes {sig.min_src}..{sig.max_src} operands, "
                          f"got {len(src)}")
     if not isinstance(attrs, sig.attrs):
-        raise InferError(f"{op.name} takes {sig.attrs.__name__}, got {type(attrs).__name__}")
+        raise InferError(f"{op.name} takes {sig.attrs_name}, got {type(attrs).__name__}")
+    ep = getattr(attrs, "epilogue", o.NO_EPILOGUE)
+    if ep != o.NO_EPILOGUE:
+        if op not in (Op.CONV, Op.GEMM, Op.MATMUL):
+            raise InferError(f"{op.name} takes no epilogue, got {ep}")
+        return _infer_epilogue(op, src, attrs, ep, dtype, shape)
+    if op in (Op.CONV, Op.GEMM, Op.MATMUL) and len(src) > 3:
+        raise InferError(f"{op.name} takes a 4th operand only as the residual of an epilogue")
+    if op is Op.MATMUL and len(src) == 3 and not isinstance(attrs, o.MatMulAttrs):
+        raise InferError("MATMUL with a bias operand needs MatMulAttrs")
+    if op is Op.FUSED_ELEMENTWISE:
+        assert isinstance(attrs, o.FusedElementwiseAttrs)
+        return _infer_fused(src, attrs)
     d0 = src[0].dtype if src else None
     s0 = src[0].shape if src else ()
     if op in FLOAT_ONLY:
@@ -294,7 +315,11 @@ def infer(op: Op, src: Sequence[o.Node], attrs: o.Attrs,
     if op is Op.MATMUL:
         if src[1].dtype is not d0:
             raise InferError("MATMUL operands differ in dtype")
-        return d0, matmul_shape(s0, src[1].shape)  # type: ignore[return-value]
+        out = matmul_shape(s0, src[1].shape)
+        if len(src) == 3 and (not out or src[2].shape != out[-1:] or src[2].dtype is not d0):
+            raise InferError(f"MATMUL bias {src[2].dtype.value}{list(src[2].shape)}, expected "
+                             f"{d0.value}{list(out[-1:])}")  # type: ignore[union-attr]
+        return d0, out  # type: ignore[return-value]
     if op is Op.GEMM:
         assert isinstance(attrs, o.GemmAttrs)
         a, b = s0, src[1].shape
@@ -451,3 +476,59 @@ def infer(op: Op, src: Sequence[o.Node], attrs: o.Attrs,
     if op is Op.MATMUL_INTEGER:
         return DType.INT32, matmul_shape(s0, src[1].shape)
     raise AssertionError(f"no type rule for {op}")
+
+
+def _infer_epilogue(op: Op, src: Sequence[o.Node], attrs: o.Attrs, ep: o.Epilogue,
+                    dtype: DType | None, shape: tuple[int, ...] | None
+                    ) -> tuple[DType, tuple[int, ...]]:
+    """CONV/GEMM/MATMUL with a non-default epilogue: check it, then type the plain op."""
+    if ep.activation is not None and ep.activation not in o.EPILOGUE_ACTIVATIONS:
+        raise InferError(f"epilogue activation {ep.activation!r}; supported: "
+                         f"{sorted(o.EPILOGUE_ACTIVATIONS)}")
+    if ep.activation != "clip" and (ep.clip_min is not None or ep.clip_max is not None):
+        raise InferError(f"clip bounds on a {ep.activation} epilogue")
+    if ep.activation != "leaky_relu" and ep.alpha != 0.0:
+        raise InferError(f"alpha on a {ep.activation} epilogue")
+    plain = list(src)
+    if ep.residual:
+        if len(src) != 4:
+            raise InferError(f"{op.name} with a residual takes 4 operands (the bias is "
+                             f"required, then the residual), got {len(src)}")
+        plain = plain[:3]
+    base = dataclasses.replace(attrs, epilogue=o.NO_EPILOGUE)  # type: ignore[call-arg]
+    d, s = infer(op, plain, base, dtype, shape)
+    if not d.is_float:
+        raise InferError(f"{op.name} epilogues need a float result, got {d.value}")
+    if ep.residual and (src[3].dtype is not d or src[3].shape != s):
+        raise InferError(f"residual {src[3].dtype.value}{list(src[3].shape)}, expected "
+                         f"{d.value}{list(s)}")
+    return d, s
+
+
+def _infer_fused(src: Sequence[o.Node], attrs: o.FusedElementwiseAttrs
+                 ) -> tuple[DType, tuple[int, ...]]:
+    if any(s.dtype is not DType.FLOAT32 for s in src):
+        raise InferError(f"FUSED_ELEMENTWISE operands must be float32, got "
+                         f"{[s.dtype.value for s in src]}")
+    if not attrs.program:
+        raise InferError("FUSED_ELEMENTWISE program is empty")
+    for i, step in enumerate(attrs.program):
+        if not (isinstance(step, tuple) and len(step) == 3):
+            raise InferError(f"step {i} is {step!r}, expected (name, indices, constants)")
+        name, idx, consts = step
+        n_idx, n_const = len(idx), len(consts)
+        if name in o.FUSED_UNARY:
+            ok = (n_idx, n_const) == (1, 0)
+        elif name in o.FUSED_BINARY:
+            ok = (n_idx, n_const) in ((2, 0), (1, 1))
+        elif name in o.FUSED_PARAMETRIC:
+            ok = (n_idx, n_const) == (1, o.FUSED_PARAMETRIC[name])
+        else:
+            raise InferError(f"step {i}: unknown operation {name!r}")
+        if not ok:
+            raise InferError(f"step {i}: {name} cannot take {n_idx} indices and {n_const} "
+                             f"constants")
+        if any(not isinstance(j, int) or not 0 <= j < len(src) + i for j in idx):
+            raise InferError(f"step {i}: indices {list(idx)} must name operands or earlier "
+                             f"steps (< {len(src) + i})")
+    return DType.FLOAT32, broadcast(*(s.shape for s in src))

@@ -113,6 +113,45 @@ def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
+def activation(name: str | None, x: np.ndarray, alpha: float = 0.0,
+               lo: float | None = None, hi: float | None = None) -> np.ndarray:
+    """An epilogue activation (see ops.Epilogue); the same arithmetic as the standalone op."""
+    if name is None:
+        return x
+    if name == "relu":
+        return np.maximum(x, np.zeros((), x.dtype))
+    if name == "clip":
+        if lo is not None:
+            x = np.maximum(x, np.array(lo).astype(x.dtype))
+        if hi is not None:
+            x = np.minimum(x, np.array(hi).astype(x.dtype))
+        return x
+    if name == "leaky_relu":
+        return np.where(x >= 0, x, x * _scalar(x, alpha))
+    if name == "sigmoid":
+        return 1 / (1 + np.exp(-x))
+    if name == "tanh":
+        return np.tanh(x)
+    if name == "gelu":
+        return 0.5 * x * (1 + erf(x / np.sqrt(np.asarray(2, x.dtype))))
+    raise ValueError(f"unknown epilogue activation {name!r}")
+
+
+def _with_epilogue(base: Kernel) -> Kernel:
+    """base computes conv/gemm/matmul with its bias from the operands before the residual."""
+
+    def kernel(n: Node, a: list[np.ndarray]) -> np.ndarray:
+        ep = o.epilogue_of(n)
+        if ep == o.NO_EPILOGUE:
+            return base(n, a)
+        y = base(n, a[:-1] if ep.residual else a)
+        if ep.residual:
+            y = y + a[-1]
+        return activation(ep.activation, y, ep.alpha, ep.clip_min, ep.clip_max)
+
+    return kernel
+
+
 def _gemm(n: Node, a: list[np.ndarray]) -> np.ndarray:
     at = n.attrs
     assert isinstance(at, o.GemmAttrs)
@@ -122,6 +161,47 @@ def _gemm(n: Node, a: list[np.ndarray]) -> np.ndarray:
     if len(a) == 3:
         y = y + (a[2] * np.asarray(at.beta, x.dtype) if at.beta != 1 else a[2])
     return y
+
+
+def _matmul(n: Node, a: list[np.ndarray]) -> np.ndarray:
+    y = np.matmul(a[0], a[1])
+    return y + a[2] if len(a) == 3 else y
+
+
+_FUSED_STEPS: dict[str, Callable[..., np.ndarray]] = {
+    "identity": lambda x: x,
+    "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh, "exp": np.exp, "log": np.log,
+    "sqrt": np.sqrt, "erf": lambda x: erf(x), "neg": np.negative, "abs": np.abs,
+    "reciprocal": np.reciprocal, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
+    "sin": np.sin, "cos": np.cos,
+    "softplus": lambda x: np.logaddexp(np.zeros((), x.dtype), x),
+    "softsign": lambda x: x / (1 + np.abs(x)),
+    "hard_swish": lambda x: x * np.clip(x / 6 + np.asarray(0.5, x.dtype), 0, 1),
+    "gelu": lambda x: activation("gelu", x),
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum, "pow": lambda x, y: np.power(x, y.astype(x.dtype)),
+    "clip": lambda x, lo, hi: activation("clip", x, lo=None if lo == -np.inf else lo,
+                                         hi=None if hi == np.inf else hi),
+    "leaky_relu": lambda x, alpha: activation("leaky_relu", x, alpha),
+    "elu": lambda x, alpha: np.where(x > 0, x, _scalar(x, alpha) * np.expm1(np.minimum(x, 0))),
+    "hard_sigmoid": lambda x, alpha, beta: np.clip(x * _scalar(x, alpha) + _scalar(x, beta),
+                                                   0, 1),
+}
+
+
+def _fused_elementwise(n: Node, a: list[np.ndarray]) -> np.ndarray:
+    """Run the program step by step, each step as the unfused op would (float32)."""
+    assert isinstance(n.attrs, o.FusedElementwiseAttrs)
+    vals = list(a)
+    for name, idx, consts in n.attrs.program:
+        args = [vals[i] for i in idx]
+        if name in o.FUSED_BINARY and consts:
+            args.append(np.asarray(consts[0], np.float32))
+            consts = ()
+        vals.append(np.asarray(_FUSED_STEPS[name](*args, *consts), np.float32))
+    y = vals[-1]
+    return y if y.shape == n.shape else np.broadcast_to(y, n.shape).copy()
 
 
 def windows(x: np.ndarray, kernel: tuple[int, ...], strides: tuple[int, ...],
@@ -764,7 +844,8 @@ KERNELS: dict[Op, Kernel] = {
     Op.LESS_EQUAL: _binary(np.less_equal), Op.GREATER_EQUAL: _binary(np.greater_equal),
     Op.AND: _binary(np.logical_and), Op.OR: _binary(np.logical_or),
     Op.XOR: _binary(np.logical_xor), Op.WHERE: lambda n, a: np.where(a[0], a[1], a[2]),
-    Op.MATMUL: _binary(np.matmul), Op.GEMM: _gemm, Op.CONV: _conv,
+    Op.MATMUL: _with_epilogue(_matmul), Op.GEMM: _with_epilogue(_gemm),
+    Op.CONV: _with_epilogue(_conv), Op.FUSED_ELEMENTWISE: _fused_elementwise,
     Op.CONV_TRANSPOSE: _conv_transpose,
     Op.MAX_POOL: _pool, Op.AVG_POOL: _pool, Op.MAX_POOL_INDEX: _max_pool_index,
     Op.COL2IM: _col2im,

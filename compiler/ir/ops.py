@@ -155,6 +155,8 @@ class Op(enum.Enum):
     DET = "det"
     REVERSE_SEQUENCE = "reverse_sequence"
     TOPK = "topk"  # the indices of the top k; the values are GATHER_ELEMENTS of them
+    # Produced by the optimisation passes, never by the frontend.
+    FUSED_ELEMENTWISE = "fused_elementwise"  # a straight-line program; see FusedElementwiseAttrs
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,14 +225,92 @@ class ModAttrs(Attrs):
     fmod: bool  # True: sign of the dividend (C fmod); False: sign of the divisor (Python %)
 
 
+EPILOGUE_ACTIVATIONS = frozenset({"relu", "clip", "leaky_relu", "sigmoid", "tanh", "gelu"})
+
+
+@dataclass(frozen=True, slots=True)
+class Epilogue:
+    """What CONV, GEMM and MATMUL apply to their result before storing it (fusion).
+
+    y = act(conv_or_gemm(x, w) + bias [+ residual]). When residual is set, the residual tensor
+    is the node's LAST operand, after the bias, which is then required (a producer without a
+    bias gets a zero bias): CONV (x, w, bias, residual), GEMM (a, b, c, residual), MATMUL
+    (a, b, bias, residual); its dtype and shape equal the node's. activation is None or one of
+    EPILOGUE_ACTIVATIONS: "relu"; "clip" to [clip_min, clip_max] (None: unbounded on that
+    side); "leaky_relu" with slope alpha; "sigmoid"; "tanh"; "gelu" (erf form). The default,
+    Epilogue(), does nothing. Only float dtypes take a non-default epilogue.
+    """
+
+    activation: str | None = None
+    alpha: float = 0.0
+    clip_min: float | None = None
+    clip_max: float | None = None
+    residual: bool = False
+
+    def __str__(self) -> str:
+        parts = ["+residual"] if self.residual else []
+        if self.activation == "clip":
+            parts.append(f"clip({self.clip_min}, {self.clip_max})")
+        elif self.activation == "leaky_relu":
+            parts.append(f"leaky_relu({self.alpha})")
+        elif self.activation is not None:
+            parts.append(self.activation)
+        return " ".join(parts) or "none"
+
+
+NO_EPILOGUE = Epilogue()
+
+
 @dataclass(frozen=True, slots=True)
 class GemmAttrs(Attrs):
-    """y = alpha * op(a) @ op(b) + beta * c, op = transpose when trans_* is set."""
+    """y = act(alpha * op(a) @ op(b) + beta * c [+ residual]), op = transpose when trans_* is
+    set; operands (a, b[, c][, residual]), see Epilogue."""
 
     alpha: float = 1.0
     beta: float = 1.0
     trans_a: bool = False
     trans_b: bool = False
+    epilogue: Epilogue = NO_EPILOGUE
+
+
+@dataclass(frozen=True, slots=True)
+class MatMulAttrs(Attrs):
+    """MATMUL with an epilogue: y = act(a @ b [+ bias] [+ residual]); operands
+    (a, b[, bias][, residual]) with bias of shape [y.shape[-1]] (added along the last axis).
+    A MATMUL with NO_ATTRS is the plain two-operand numpy matmul."""
+
+    epilogue: Epilogue = NO_EPILOGUE
+
+
+# Step names of FUSED_ELEMENTWISE programs: (operand indices, float constants) they take.
+# Binary steps take either two indices, or one index and one constant (x op c).
+FUSED_UNARY = frozenset({"relu", "sigmoid", "tanh", "exp", "log", "sqrt", "erf", "neg", "abs",
+                         "reciprocal", "floor", "ceil", "round", "sin", "cos", "softplus",
+                         "softsign", "hard_swish", "gelu", "identity"})
+FUSED_BINARY = frozenset({"add", "sub", "mul", "div", "max", "min", "pow"})
+FUSED_PARAMETRIC = {"clip": 2, "leaky_relu": 1, "hard_sigmoid": 2, "elu": 1}  # constants
+
+
+@dataclass(frozen=True, slots=True)
+class FusedElementwiseAttrs(Attrs):
+    """A straight-line float32 program over the node's k operands (broadcast numpy-style to the
+    node's shape). Values are numbered: operands 0..k-1, then step i's result k + i; each step
+    is (name, value indices, float constants) and may use only values numbered before it; the
+    last step's result is the node's value. Steps: FUSED_UNARY names take one index; FUSED_BINARY
+    names take two indices, or one index and one constant (x op c); "clip" one index and
+    (min, max) (+-inf when unbounded); "leaky_relu"/"elu" one index and (alpha,);
+    "hard_sigmoid" one index and (alpha, beta). Each step computes exactly what the unfused op
+    computes in float32. Example, relu(x * 2 + y): program (("mul", (0,), (2.0,)),
+    ("add", (2, 1), ()), ("relu", (3,), ())) over operands (x, y)."""
+
+    program: tuple[tuple[str, tuple[int, ...], tuple[float, ...]], ...]
+
+    def __str__(self) -> str:
+        steps = []
+        for name, idx, consts in self.program:
+            args = [f"${i}" for i in idx] + [repr(c) for c in consts]
+            steps.append(f"{name}({', '.join(args)})")
+        return "; ".join(steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +325,7 @@ class ConvAttrs(Attrs):
     pads: tuple[int, ...]
     dilations: tuple[int, ...]
     group: int = 1
+    epilogue: Epilogue = NO_EPILOGUE  # CONV only: operands (x, w[, bias][, residual])
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +558,12 @@ class Node:
     def __repr__(self) -> str:
         return (f"Node({self.op.name}, {self.dtype.value}{list(self.shape)}, "
                 f"name={self.name!r}, {len(self.src)} src)")
+
+
+def epilogue_of(n: Node) -> Epilogue:
+    """The epilogue of a CONV, GEMM or MATMUL node (NO_EPILOGUE for any other, or for a MATMUL
+    with NO_ATTRS)."""
+    return getattr(n.attrs, "epilogue", NO_EPILOGUE)
 
 
 def const(value: np.ndarray | float | int, name: str = "", dtype: DType | None = None) -> Node:

@@ -11,7 +11,16 @@ from __future__ import annotations
 import dataclasses
 
 from .graph import Graph
-from .ops import ConstAttrs, InputAttrs, NoAttrs, Node, Op
+from .ops import (
+    NO_EPILOGUE,
+    ConstAttrs,
+    Epilogue,
+    FusedElementwiseAttrs,
+    InputAttrs,
+    NoAttrs,
+    Node,
+    Op,
+)
 
 _MAX_INLINE_VALUES = 8
 
@@ -24,8 +33,13 @@ def _attrs(n: Node) -> str:
         if a.value.size <= _MAX_INLINE_VALUES:
             return " " + str(a.value.tolist())
         return ""
-    fields = ", ".join(f"{f.name}={getattr(a, f.name)!r}" for f in dataclasses.fields(a))
-    return " {" + fields + "}"
+    if isinstance(a, FusedElementwiseAttrs):
+        return " {" + str(a) + "}"
+    fields = ", ".join(
+        f"epilogue={v}" if isinstance(v, Epilogue) else f"{f.name}={v!r}"
+        for f in dataclasses.fields(a)
+        if not (isinstance(v := getattr(a, f.name), Epilogue) and v == NO_EPILOGUE))
+    return " {" + fields + "}" if fields else ""
 
 
 def format_graph(g: Graph) -> str:

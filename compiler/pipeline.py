@@ -1,0 +1,55 @@
+"""The optimisation pipeline: the graph passes, by name, in the order they run.
+
+The CPU backend (and every other backend) calls `optimize()` and then lowers the result; the
+memory planner (`passes.plan_memory`) is an analysis the lowering runs afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from .ir.graph import Graph
+from .ir.verify import verify
+from .passes import (
+    eliminate_dead_code,
+    fold_batch_norm,
+    fold_constants,
+    fuse_elementwise,
+    fuse_epilogues,
+)
+
+PASSES: tuple[Callable[[Graph], Graph], ...] = (
+    fold_constants,       # weights computed in the graph (casts, transposes...) become CONST
+    eliminate_dead_code,  # no identities or no-op reshapes hide patterns from what follows
+    fold_batch_norm,      # needs CONST BN parameters; leaves CONV/GEMM/MATMUL with a bias
+    fuse_epilogues,       # bias adds, residual adds, activations into the producer
+    fuse_elementwise,     # what remains elementwise, one loop per chain
+    eliminate_dead_code,
+)
+
+
+def debug_level() -> int:
+    """VTAKIT_DEBUG as an int (0 when unset), read at call time."""
+    raw = os.environ.get("VTAKIT_DEBUG", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"VTAKIT_DEBUG={raw!r} is not an integer (expected 0..4)") from None
+
+
+def optimize(g: Graph, *, debug: int | None = None) -> Graph:
+    """Run PASSES over g in order; with debug >= 1 (default: the VTAKIT_DEBUG environment
+    variable), verify the graph before the first pass and after every pass, so a broken
+    invariant names the pass that broke it."""
+    level = debug_level() if debug is None else debug
+    if level >= 1:
+        verify(g)
+    for p in PASSES:
+        g = p(g)
+        if level >= 1:
+            try:
+                verify(g)
+            except ValueError as e:
+                raise type(e)(f"after pass {p.__name__}: {e}") from None
+    return g
