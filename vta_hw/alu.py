@@ -7,7 +7,7 @@ shift by ``min(b, 31)``; ``b < 0`` a left shift by ``-b``, 0 when ``-b >= 32`` (
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,20 +22,28 @@ def alu_lane(m: Module, op, a, b, name: str = "alu"):
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     neg = b[31]
-    big_right = b[5:31].any()  # b >= 32 (when not negative): shift by 31
-    right = a >> Mux(big_right, 31, b[:5])
+    # One barrel shifter for both directions (half the LUTs of two): a left shift by n is a
+    # logical right shift by n of the bit-reversed operand, reversed back.
     nb = Signal(32, name=f"{name}_nb")
     m.d.comb += nb.eq(-b)
-    left = Mux(nb[5:].any(), 0, (a << nb[:5])[:32])
+    amt = Signal(5, name=f"{name}_amt")
+    m.d.comb += amt.eq(Mux(neg, nb[:5], Mux(b[5:31].any(), 31, b[:5])))
+    src = Mux(neg, Cat(*reversed(list(a[:32]))), a)
+    fill = Mux(neg, 0, a[31])
+    shifted = Signal(32, name=f"{name}_sh")
+    m.d.comb += shifted.eq((Cat(src, fill.replicate(32)) >> amt)[:32])
+    left = Mux(nb[5:].any(), 0, Cat(*reversed(list(shifted))))
+    lt = Signal(name=f"{name}_lt")
+    m.d.comb += lt.eq(a < b)
     with m.Switch(op):
         with m.Case(AluOp.MIN):
-            m.d.comb += r.eq(Mux(a < b, a, b))
+            m.d.comb += r.eq(Mux(lt, a, b))
         with m.Case(AluOp.MAX):
-            m.d.comb += r.eq(Mux(a > b, a, b))
+            m.d.comb += r.eq(Mux(lt, b, a))
         with m.Case(AluOp.ADD):
             m.d.comb += r.eq(a + b)
         with m.Case(AluOp.SHR):
-            m.d.comb += r.eq(Mux(neg, left, right))
+            m.d.comb += r.eq(Mux(neg, left, shifted))
         with m.Case(AluOp.MUL):
             m.d.comb += r.eq((a * b)[:32])
     return r

@@ -373,12 +373,17 @@ PRESETS: dict[str, HwConfig] = {
     "ecp5": HwConfig(log_block_in=3, log_block_out=3, log_uop_buff_size=14,
                      log_inp_buff_size=14, log_wgt_buff_size=16, log_acc_buff_size=16,
                      clock_mhz=50, cmd_queue_depth=128, dep_queue_depth=64),
-    # Lattice iCE40 UP5K (5,280 LCs, 8 DSPs, 128 KiB SPRAM, 30 x 4-kbit EBR): a 2x2 array uses
-    # 4 DSPs (a 4x4 array in LUTs alone takes 112% of the LCs). ACC and WGT are sized for SPRAM.
-    "ice40": HwConfig(log_block_in=1, log_block_out=1, log_uop_buff_size=11,
-                      log_inp_buff_size=11, log_wgt_buff_size=12, log_acc_buff_size=13,
+    # Lattice iCE40 UP5K (5,280 LCs, 8 SB_MAC16, 30 x 4-kbit EBR, 4 single-port SPRAMs). The
+    # buffers need a read and a write port in the same cycle (the GEMM pipeline, load/store
+    # overlapping compute), so they live in EBR, not SPRAM: 2 KiB UOP (512 micro-ops) + 2 KiB
+    # INP + 2 KiB WGT + 4 KiB ACC + 1 KiB OUT = 88 kbit (24 EBRs with the banking, measured
+    # by synth_ice40). A command queue entry is
+    # 128 bits (8 EBRs wide), so the queues hold one instruction each, in registers. 1x1x1: one
+    # DSP for GEMM, three for the ALU's MUL; LUTs are the scarce resource (docs/hardware.md).
+    "ice40": HwConfig(log_block_in=0, log_block_out=0, log_uop_buff_size=11,
+                      log_inp_buff_size=11, log_wgt_buff_size=11, log_acc_buff_size=12,
                       log_bus_width=5, clock_mhz=24, mem_read_latency_cycles=8,
-                      mem_max_burst_beats=8, cmd_queue_depth=16, dep_queue_depth=16),
+                      mem_max_burst_beats=8, cmd_queue_depth=1, dep_queue_depth=16),
     # A big core for large FPGAs (UltraScale+ class): 1x32x32 on a 128-bit bus.
     "large": HwConfig(log_block_in=5, log_block_out=5, log_uop_buff_size=15,
                       log_inp_buff_size=16, log_wgt_buff_size=20, log_acc_buff_size=18,

