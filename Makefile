@@ -13,7 +13,7 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,rtl,fpga]'
 
 demo: install
 	$(BIN)/vtakit demo

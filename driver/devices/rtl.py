@@ -1,0 +1,177 @@
+"""The ``rtl`` device: the core's emitted Verilog under Verilator (or Icarus), driven by cocotb.
+
+The simulator process starts on first use and stays alive until :meth:`RtlDevice.close`, so the
+on-chip buffers keep their contents between runs exactly as on a board (``keeps_sram``): the
+Session's resident micro-op cache stays valid. The host keeps the authoritative copy of the
+DRAM (``dram``); each run sends what changed and replays the core's writes back (see
+:mod:`vtakit.vta_hw.sim.process`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from vtakit.driver.device import Device, DeviceInfo, RunResult
+from vtakit.driver.memory import Allocator
+from vtakit.vta_hw import isa
+from vtakit.vta_hw.config import HwConfig
+
+__all__ = ["RtlDevice", "RtlStats"]
+
+
+class RtlStats(dict):
+    """Statistics of one RTL run: ``cycles``, ``tb_cycles`` (the bench's own count from start to
+    done), ``write_beats`` and ``wall_s``."""
+
+    @property
+    def cycles(self) -> int:
+        return self["cycles"]
+
+
+class RtlDevice(Device):
+    """Runs streams on the RTL of the core.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    dram_bytes : int
+        Size of the simulated DRAM (a Verilog array in the bench).
+    simulator : str
+        ``"verilator"`` (default) or ``"icarus"`` (much slower; for a second opinion).
+    waves : str | os.PathLike | None
+        Write a waveform of every run of this device to this path, FST if it ends in ``.fst``
+        (needs ``apt-get install liblz4-dev`` to build), VCD otherwise; GTKWave and Surfer read
+        both. The file is complete after :meth:`close`. Uses a separately cached tracing build
+        (Verilator only).
+    cycle_limit : int | None
+        Fail a run that has not raised ``done`` after this many cycles.
+    verilog : str | None
+        Verilog of ``vta_core`` to simulate instead of ``vtakit.vta_hw.top.Core`` (tests of
+        the harness use a stand-in).
+
+    Attributes
+    ----------
+    dram : np.ndarray
+        The host copy of the device memory (uint8), current after every run.
+    keeps_sram : bool
+        Always ``True``: one simulator process serves every run of the device.
+    """
+
+    keeps_sram = True
+
+    def __init__(self, cfg: HwConfig, *, dram_bytes: int = 64 << 20, simulator: str = "verilator",
+                 waves: str | os.PathLike | None = None, cycle_limit: int | None = None,
+                 verilog: str | None = None):
+        from vtakit.vta_hw.sim import build
+
+        super().__init__(cfg)
+        from vtakit.vta_hw.sim.build import DRAM_CAPACITY
+
+        if not 0 < dram_bytes <= DRAM_CAPACITY:
+            raise ValueError(f"RtlDevice: dram_bytes={dram_bytes} must be in 1..{DRAM_CAPACITY}")
+        # Verilator: one build (of the largest DRAM) serves every size; Icarus zero-fills its
+        # DRAM array at start-up, so it gets exactly the size asked for
+        self.build = build(self.cfg, verilog=verilog, simulator=simulator,
+                           waves=None if waves is None else
+                           "fst" if os.fspath(waves).endswith(".fst") else "vcd",
+                           dram_bytes=DRAM_CAPACITY if simulator == "verilator" else dram_bytes)
+        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
+        self.allocator = Allocator(dram_bytes)
+        self.waves = waves
+        self.cycle_limit = cycle_limit
+        self.last_stats: RtlStats | None = None
+        self._sim = None
+        self._dirty: list[tuple[int, int]] = []
+        self._pending: tuple[int, int] | None = None
+
+    def _simulation(self):
+        if self._sim is None:
+            from vtakit.vta_hw.sim import RtlSimulation
+
+            self._sim = RtlSimulation(self.build, waves=self.waves, dram_bytes=self.dram.size)
+        return self._sim
+
+    def allocate(self, nbytes: int, align: int) -> int:
+        return self.allocator.alloc(nbytes, align)
+
+    def free(self, addr: int) -> None:
+        self.allocator.free(addr)
+
+    def _check_range(self, what: str, addr: int, nbytes: int) -> None:
+        if addr < 0 or nbytes < 0 or addr + nbytes > self.dram.size:
+            raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} is outside device memory "
+                             f"[0, {self.dram.size:#x})")
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._check_range("write", addr, buf.size)
+        self.dram[addr:addr + buf.size] = buf
+        self._dirty.append((addr, addr + buf.size))
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        self._check_range("read", addr, nbytes)
+        return self.dram[addr:addr + nbytes].copy()
+
+    def run(self, insn_addr: int, insn_count: int) -> None:
+        if self._pending is not None:
+            raise RuntimeError("the rtl device is already running a stream; wait() for it first")
+        if insn_addr % isa.INSN_BYTES or insn_count < 1:
+            raise ValueError(f"insn_addr={insn_addr:#x}, insn_count={insn_count}: expected a "
+                             f"{isa.INSN_BYTES}-byte aligned address and at least 1 instruction")
+        self._check_range("instruction fetch", insn_addr, insn_count * isa.INSN_BYTES)
+        self._pending = (insn_addr, insn_count)
+
+    def wait(self, timeout_s: float) -> RunResult:
+        """Simulate the pending run; ``TimeoutError`` after ``timeout_s`` wall-clock seconds,
+        :class:`~vtakit.vta_sim.errors.DeviceError` if the core breaks the memory protocol or
+        exceeds ``cycle_limit``."""
+        from vtakit.vta_hw.sim import RtlCycleLimit, RtlProtocolError
+        from vtakit.vta_sim.errors import CycleLimitError, DeviceError
+
+        if self._pending is None:
+            raise RuntimeError("wait() without a run(): nothing is running on the rtl device")
+        insn_addr, insn_count = self._pending
+        self._pending = None
+        sim = self._simulation()
+        sim.load(self.dram, self._dirty)
+        self._dirty = []
+        try:
+            r = sim.run(self.dram, insn_addr, insn_count,
+                        cycle_limit=self.cycle_limit if self.cycle_limit is not None else 1 << 40,
+                        timeout_s=timeout_s)
+        except RtlProtocolError as e:
+            raise DeviceError(f"rtl: {e}") from None
+        except RtlCycleLimit as e:
+            raise CycleLimitError(f"rtl: {e}") from None
+        except TimeoutError:
+            self._sim = None  # killed; the next run starts a fresh simulator (SRAMs lost)
+            raise
+        self.last_stats = RtlStats(cycles=r.cycles, tb_cycles=r.tb_cycles,
+                                   write_beats=r.write_beats, wall_s=r.wall_s)
+        return RunResult(cycles=r.cycles, stats=self.last_stats)
+
+    def identify(self) -> DeviceInfo:
+        ver, ident = self._simulation().identify()
+        return DeviceInfo(name="rtl", hw_ver=((ver >> 16) & 0xFF, (ver >> 8) & 0xFF, ver & 0xFF),
+                          config_hash=f"{ident:08x}")
+
+    def close(self) -> None:
+        """Stop the simulator (the waveform file, if any, is complete afterwards)."""
+        if self._sim is not None:
+            self._sim.close()
+            self._sim = None
+
+    def __enter__(self) -> RtlDevice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing left to report to
+            pass

