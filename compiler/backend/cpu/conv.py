@@ -90,8 +90,8 @@ def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
         ow0 = b.srem(p, U.i64(ow))
         seg_len = U.imin(b, b.sub(U.i64(ow), ow0), b.sub(valid, c0))
         ow1 = b.add(ow0, seg_len)
-        for kh in range(g.kh):
-            ih = b.add(b.mul(o_h, U.i64(g.sh)), U.i64(kh * g.dh - g.ph))
+        def taps(khv: ir.Value, label: str) -> None:
+            ih = b.add(b.mul(o_h, U.i64(g.sh)), b.sub(b.mul(khv, U.i64(g.dh)), U.i64(g.ph)))
             row_ok = b.icmp_unsigned("<", ih, U.i64(g.h))
             for kw in range(g.kw):
                 off = kw * g.dw - g.pw  # iw = ow*sw + off
@@ -106,9 +106,9 @@ def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
                 src0 = b.add(b.mul(ih, U.i64(g.w)), U.i64(off))
                 # dst column of pixel ow: c0 + (ow - ow0)
                 dshift = b.sub(c0, ow0)
-                with U.loop(b, 0, U.i64(g.c), 1, f"ci{kh}_{kw}") as ci:
-                    drow = b.add(base, b.mul(b.add(b.mul(ci, U.i64(khw)),
-                                                   U.i64(kh * g.kw + kw)), U.i64(nr)))
+                with U.loop(b, 0, U.i64(g.c), 1, f"ci{label}_{kw}") as ci:
+                    tap = b.add(b.mul(khv, U.i64(g.kw)), U.i64(kw))
+                    drow = b.add(base, b.mul(b.add(b.mul(ci, U.i64(khw)), tap), U.i64(nr)))
                     drow = b.add(drow, dshift)
                     srow = b.add(b.mul(ci, U.i64(hw)), src0)
                     with U.loop(b, ow0, lo, 1, "zl") as o:
@@ -118,6 +118,15 @@ def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
                         U.store(b, U.F32, v, dst, b.add(drow, o))
                     with U.loop(b, hi, ow1, 1, "zr") as o:
                         U.store(b, U.F32, zero, dst, b.add(drow, o))
+
+        # Large kernels (a 7x7 stem) loop over kh at run time: unrolling all kh*kw taps makes
+        # the optimiser take tens of seconds on that one module.
+        if g.kh * g.kw > 9:
+            with U.loop(b, 0, U.i64(g.kh), 1, "kh") as kh_iv:
+                taps(kh_iv, "r")
+        else:
+            for kh in range(g.kh):
+                taps(U.i64(kh), str(kh))
         c0.add_incoming(b.add(c0, seg_len), b.block)
         b.branch(head)
         b.position_at_end(done)
@@ -324,6 +333,7 @@ class Conv2d:
                         macro(pa.data.ctypes.data, col.ctypes.data, ybuf.ctypes.data, bp, mpad,
                               npad, k, npad, 0, pa.panels, lo, hi, self.lo, self.hi)
                         c0, c1 = lo * cfg.nr, min(hi * cfg.nr, npix)
+                        assert copy is not None
                         copy(ybuf.ctypes.data + 4 * c0, yp + 4 * c0, cg, c1 - c0, npad, npix)
 
                 run_parallel([lambda lo=lo, hi=hi: part(lo, hi)

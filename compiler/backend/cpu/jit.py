@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -135,7 +136,7 @@ class JitModule:
     module: ir.Module
     engine: llvm.ExecutionEngine | None = None
     llvm_module: llvm.ModuleRef | None = None
-    _cfuncs: dict[str, ctypes._CFuncPtr] = field(default_factory=dict)
+    _cfuncs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finalized(self) -> bool:
@@ -161,7 +162,7 @@ class JitModule:
             raise KeyError(f"function {name!r} not found in module {self.module.name!r}")
         return addr
 
-    def cfunc(self, name: str, restype: type | None, *argtypes: type) -> ctypes._CFuncPtr:
+    def cfunc(self, name: str, restype: type | None, *argtypes: type) -> Any:
         """A ctypes function for `name` (the GIL is released during the call)."""
         fn = self._cfuncs.get(name)
         if fn is None:

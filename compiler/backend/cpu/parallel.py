@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 _pool: ThreadPoolExecutor | None = None
@@ -30,7 +30,7 @@ def split_range(n: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def run_parallel(tasks: list[Callable[[], object]]) -> None:
+def run_parallel(tasks: Sequence[Callable[..., object]]) -> None:
     """Run `tasks` concurrently: all but the last on pool threads, the last on this thread."""
     if not tasks:
         return

@@ -1,0 +1,61 @@
+"""CPU backend vs onnxruntime, fp32, batch 1, same thread count, measured in the same run.
+
+    .venv/bin/python benchmarks/cpu_vs_ort.py [--threads 2] [--repeat 50]
+
+Prints, per model: our compile time (ONNX → artifact with object code), the median latency of
+ours and of onnxruntime (intra_op_num_threads = threads), and the ratio ours / onnxruntime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def _median_ms(fn, repeat: int) -> float:
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def main() -> None:
+    import onnxruntime as ort
+
+    from vtakit.compiler import models
+    from vtakit.compiler.compile import compile_model
+    from vtakit.runtime.session import InferenceSession
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=50)
+    args = ap.parse_args()
+    print(f"{'model':14s} {'compile s':>9s} {'ours ms':>9s} {'ort ms':>9s} {'ratio':>7s}")
+    for name in ("resnet18", "mobilenet_v2"):
+        model = getattr(models, name)()
+        t0 = time.perf_counter()
+        art = compile_model(model, threads=args.threads)
+        compile_s = time.perf_counter() - t0
+        sess = InferenceSession(art.to_bytes(), threads=args.threads)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        so.inter_op_num_threads = 1
+        ref = ort.InferenceSession(model.SerializeToString(), so,
+                                   providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(0).standard_normal(
+            sess.get_inputs()[0].shape).astype(np.float32)
+        feeds = {sess.get_inputs()[0].name: x}
+        ours = _median_ms(lambda s=sess, f=feeds: s.run(None, f), args.repeat)
+        theirs = _median_ms(lambda r=ref, f=feeds: r.run(None, f), args.repeat)
+        print(f"{name:14s} {compile_s:9.2f} {ours:9.2f} {theirs:9.2f} {ours / theirs:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

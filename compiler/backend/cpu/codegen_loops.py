@@ -1,0 +1,1253 @@
+"""A generic loop-nest code generator for the long tail of operators.
+
+Every generator returns a `Kernel`: a cache key, the entry function's name and ctypes signature,
+and a builder of the `llvmlite.ir.Module`. Shapes, strides and attributes are compile-time
+constants of the module (so LLVM sees counted loops with constant strides and vectorises the
+contiguous inner loop), and the key holds all of them, so a kernel is compiled once per process
+for each distinct (op, dtypes, shapes, attributes) however many graphs use it.
+
+The entry function is always ``kernel(p0, ..., pn, lo, hi)``: buffer pointers, then the range
+``[lo, hi)`` of the outermost loop that this call computes, so that threads split the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ...ir.dtypes import DType
+from . import codegen_scalar as S
+from . import irutil as U
+
+FAST = ("reassoc", "nsz", "contract")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compiled function: `key` identifies its module, `sig` its ctypes arguments
+    (``p`` pointer, ``l`` int64, ``f`` float32), `extent` the size of the split loop."""
+
+    key: tuple
+    fname: str
+    sig: str
+    build: Callable[[], ir.Module]
+    extent: int
+
+
+def _function(key: tuple, nptr: int) -> tuple[ir.Module, ir.IRBuilder, list[ir.Value]]:
+    m = ir.Module(name=f"{key[0]}_{abs(hash(key)):x}")
+    args = [(f"p{i}", U.PTR) for i in range(nptr)] + [("lo", U.I64), ("hi", U.I64)]
+    fn, b = U.new_function(m, "kernel", args, noalias=False)
+    return m, b, list(fn.args)
+
+
+def _entry_alloca(b: ir.IRBuilder, t: ir.Type) -> ir.Value:
+    with b.goto_entry_block():
+        return b.alloca(t)
+
+
+@contextlib.contextmanager
+def nest(b: ir.IRBuilder, dims: Sequence[int], lo: ir.Value | None = None,
+         hi: ir.Value | None = None, name: str = "d") -> Iterator[list[ir.Value]]:
+    """Nested counted loops over dims; the first loop runs over [lo, hi) when given."""
+    with contextlib.ExitStack() as stack:
+        ivs = []
+        for k, n in enumerate(dims):
+            start = lo if (k == 0 and lo is not None) else U.i64(0)
+            stop = hi if (k == 0 and hi is not None) else U.i64(n)
+            ivs.append(stack.enter_context(U.loop(b, start, stop, 1, f"{name}{k}")))
+        yield ivs
+
+
+def offset(b: ir.IRBuilder, ivs: Sequence[ir.Value], strides: Sequence[int],
+           base: int = 0) -> ir.Value:
+    acc: ir.Value = U.i64(base)
+    for iv, s in zip(ivs, strides, strict=True):
+        if s == 1:
+            acc = b.add(acc, iv)
+        elif s:
+            acc = b.add(acc, b.mul(iv, U.i64(s)))
+    return acc
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Strides (in elements) of a contiguous operand of `shape` read at each index of
+    `out_shape` under numpy broadcasting (0 along broadcast axes)."""
+    pad = len(out_shape) - len(shape)
+    full = (1,) * pad + tuple(shape)
+    st = contiguous_strides(full)
+    return tuple(0 if full[i] == 1 else st[i] for i in range(len(out_shape)))
+
+
+def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]
+             ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Drop unit axes and merge neighbouring axes along which every operand is contiguous."""
+    dims = [i for i, n in enumerate(shape) if n != 1]
+    ns = [shape[i] for i in dims]
+    ss = [[s[i] for i in dims] for s in strides]
+    k = len(ns) - 1
+    while k > 0:
+        if all(s[k - 1] == s[k] * ns[k] for s in ss):
+            ns[k - 1] *= ns[k]
+            for s in ss:
+                s[k - 1] = s[k]
+            del ns[k]
+            for s in ss:
+                del s[k]
+        k -= 1
+    if not ns:
+        return (1,), tuple((0,) for _ in ss)
+    return tuple(ns), tuple(tuple(s) for s in ss)
+
+
+# -- elementwise programs ------------------------------------------------------------------------
+
+Instr = tuple[str, tuple[int, ...], tuple, DType]  # (op, operand value indices, params, dtype)
+
+
+def eltwise(out_dt: DType, out_shape: Sequence[int], operands: Sequence[tuple[DType, tuple]],
+            program: Sequence[Instr]) -> Kernel:
+    """out = program(operands): operand k has dtype and per-output-axis strides (0 where it
+    broadcasts); value k+j is the result of instruction j; the last one is stored."""
+    shape, strides = collapse(out_shape, [contiguous_strides(out_shape)] +
+                              [s for _, s in operands])
+    key = ("eltwise", out_dt, shape, strides, tuple(d for d, _ in operands), tuple(program))
+    nops = len(operands)
+
+    def build() -> ir.Module:
+        m, b, args = _function(key, nops + 1)
+        out, ins, lo, hi = args[0], args[1:nops + 1], args[-2], args[-1]
+        with nest(b, shape, lo, hi) as ivs:
+            vals = [S.load(b, dt, p, offset(b, ivs, st)) for (dt, _), p, st in
+                    zip(operands, ins, strides[1:], strict=True)]
+            dts = [dt for dt, _ in operands]
+            for op, srcs, params, dt in program:
+                args, adts = [vals[i] for i in srcs], [dts[i] for i in srcs]
+                if op in _BINARY and len(srcs) == 1:  # x op constant (fused programs)
+                    args.append(S.const(dt, params[0]))
+                    adts.append(dt)
+                vals.append(S.emit(b, op, args, adts, dt, params))
+                dts.append(dt)
+            S.store(b, out_dt, vals[-1], out, offset(b, ivs, strides[0]))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * (nops + 1) + "ll", build, shape[0])
+
+
+_BINARY = {"add", "sub", "mul", "div", "max", "min", "pow"}
+
+
+# -- data movement -------------------------------------------------------------------------------
+
+# How output index o along one axis picks an input index i (then multiplied by in_stride):
+#   ("affine", start, step, n): i = start + step * o
+#   ("const", start, 1, n):     i = o - start, the pad value where i is outside [0, n)
+#   ("edge", start, 1, n):      clamp(o - start, 0, n - 1)
+#   ("reflect", start, 1, n):   reflect o - start at the borders
+#   ("wrap", start, 1, n):      (o - start) mod n
+AxisMap = tuple[str, int, int, int, int]  # (kind, start, step, n, in_stride)
+
+
+def copy(dt: DType, region: Sequence[int], maps: Sequence[AxisMap], out_strides: Sequence[int],
+         out_offset: int = 0, in_offset: int = 0, pad_value: float = 0.0) -> Kernel:
+    """out[out_offset + sum o*out_stride] = in[in_offset + sum map(o)*in_stride] over the
+    output region; transpose, slice, expand, tile, pad and concat are all such copies."""
+    region = tuple(region) or (1,)
+    maps = tuple(maps) or (("affine", 0, 1, 1, 0),)
+    out_strides = tuple(out_strides) or (0,)
+    key = ("copy", dt, region, maps, out_strides, out_offset, in_offset, float(pad_value))
+
+    def build() -> ir.Module:
+        m, b, (out, inp, lo, hi) = _function(key, 2)
+        with nest(b, region, lo, hi) as ivs:
+            src: ir.Value = U.i64(in_offset)
+            valid: ir.Value | None = None
+            for iv, (kind, start, step, n, stride) in zip(ivs, maps, strict=True):
+                if kind == "affine":
+                    i = b.add(U.i64(start), b.mul(iv, U.i64(step))) if (start or step != 1) \
+                        else iv
+                else:
+                    i = b.sub(iv, U.i64(start)) if start else iv
+                    if kind == "const":
+                        ok = b.icmp_unsigned("<", i, U.i64(n))
+                        valid = ok if valid is None else b.and_(valid, ok)
+                        i = b.select(ok, i, U.i64(0))
+                    elif kind == "edge":
+                        i = U.imin(b, U.imax(b, i, U.i64(0)), U.i64(n - 1))
+                    elif kind == "wrap":
+                        r = b.srem(i, U.i64(n))
+                        i = b.select(b.icmp_signed("<", r, U.i64(0)), b.add(r, U.i64(n)), r)
+                    elif kind == "reflect":
+                        if n == 1:
+                            i = U.i64(0)
+                        else:  # period 2(n-1): fold into [0, 2n-2), then mirror
+                            p = 2 * (n - 1)
+                            r = b.srem(i, U.i64(p))
+                            r = b.select(b.icmp_signed("<", r, U.i64(0)), b.add(r, U.i64(p)), r)
+                            i = b.select(b.icmp_signed(">=", r, U.i64(n)),
+                                         b.sub(U.i64(p), r), r)
+                if stride:
+                    src = b.add(src, b.mul(i, U.i64(stride)))
+            v = S.load(b, dt, inp, src)
+            if valid is not None:
+                v = b.select(valid, v, S.const(dt, pad_value) if dt.is_float or dt is DType.BOOL
+                             else S.int_const(dt, pad_value))
+            S.store(b, dt, v, out, offset(b, ivs, out_strides, out_offset))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, region[0])
+
+
+def gather_elements(dt: DType, idx_dt: DType, x_shape: Sequence[int],
+                    idx_shape: Sequence[int], axis: int) -> Kernel:
+    """out[i...] = x[i... with i[axis] replaced by idx[i...]] (negative counts from the end)."""
+    x_shape, idx_shape = tuple(x_shape), tuple(idx_shape)
+    key = ("gather_elements", dt, idx_dt, x_shape, idx_shape, axis)
+    xst = contiguous_strides(x_shape)
+    ist = contiguous_strides(idx_shape)
+
+    def build() -> ir.Module:
+        m, b, (out, x, idx, lo, hi) = _function(key, 3)
+        with nest(b, idx_shape, lo, hi) as ivs:
+            flat = offset(b, ivs, ist)
+            k = S.convert(b, S.load(b, idx_dt, idx, flat), idx_dt, DType.INT64)
+            k = b.select(b.icmp_signed("<", k, U.i64(0)), b.add(k, U.i64(x_shape[axis])), k)
+            src = offset(b, [k if d == axis else iv for d, iv in enumerate(ivs)], xst)
+            S.store(b, dt, S.load(b, dt, x, src), out, flat)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pppll", build, idx_shape[0] if idx_shape else 1)
+
+
+def gather(dt: DType, idx_dt: DType, outer: int, axis_len: int, nidx: int, inner: int) -> Kernel:
+    """out[o, j, i] = x[o, idx[j] (negative counts from the end), i]."""
+    key = ("gather", dt, idx_dt, outer, axis_len, nidx, inner)
+
+    def build() -> ir.Module:
+        m, b, (out, x, idx, lo, hi) = _function(key, 3)
+        with nest(b, (outer, nidx), lo, hi) as (o, j):
+            k = S.convert(b, S.load(b, idx_dt, idx, j), idx_dt, DType.INT64)
+            k = b.select(b.icmp_signed("<", k, U.i64(0)), b.add(k, U.i64(axis_len)), k)
+            src = b.mul(b.add(b.mul(o, U.i64(axis_len)), k), U.i64(inner))
+            dst = b.mul(b.add(b.mul(o, U.i64(nidx)), j), U.i64(inner))
+            with U.loop(b, 0, U.i64(inner), 1, "in") as i:
+                S.store(b, dt, S.load(b, dt, x, b.add(src, i)), out, b.add(dst, i))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pppll", build, outer)
+
+
+# -- reductions ----------------------------------------------------------------------------------
+
+def _acc_dtype(dt: DType) -> DType:
+    if dt in (DType.FLOAT16, DType.FLOAT32):
+        return DType.FLOAT32
+    if dt is DType.FLOAT64:
+        return DType.FLOAT64
+    if dt is DType.BOOL:
+        return DType.INT64
+    return DType.INT64 if dt.is_signed else DType.UINT64
+
+
+def _lowest(dt: DType) -> float:
+    if dt.is_float:
+        return -math.inf
+    return 0 if dt is DType.BOOL else int(np.iinfo(dt.np).min)
+
+
+def _highest(dt: DType) -> float:
+    if dt.is_float:
+        return math.inf
+    return 1 if dt is DType.BOOL else int(np.iinfo(dt.np).max)
+
+
+def reduce(kind: str, dt: DType, out_dt: DType, shape: Sequence[int],
+           axes: Sequence[int]) -> Kernel:
+    """Reduce `shape` over `axes` (output laid out as the kept axes, keepdims or not).
+
+    kind: sum, mean, max, min, prod, l1, l2, sum_square, log_sum, log_sum_exp, argmax,
+    argmin, argmax_last, argmin_last (argmax/argmin reduce one axis)."""
+    shape = tuple(shape)
+    axes = tuple(axes)
+    st = contiguous_strides(shape)
+    kept = [i for i in range(len(shape)) if i not in axes]
+    kshape = tuple(shape[i] for i in kept) or (1,)
+    kstr = tuple(st[i] for i in kept) or (0,)
+    rshape = tuple(shape[i] for i in axes)
+    rstr = tuple(st[i] for i in axes)
+    count = math.prod(rshape)
+    key = ("reduce", kind, dt, out_dt, shape, axes)
+    arg = kind.startswith("arg")
+    if kind in ("max", "min") or arg:
+        acc_dt = dt
+    elif dt.is_float:
+        acc_dt = _acc_dtype(dt)
+    elif kind in ("mean", "l2", "log_sum", "log_sum_exp"):
+        acc_dt = DType.FLOAT64
+    else:
+        acc_dt = _acc_dtype(dt)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        ct = S.compute(acc_dt)
+        acc = _entry_alloca(b, ct)
+        best = _entry_alloca(b, U.I64) if arg else None
+        shift = _entry_alloca(b, S.compute(dt)) if kind == "log_sum_exp" else None
+        with U.loop(b, lo, hi, 1, "o") as o:
+            # o is the flat index of the kept axes: unflatten it into a base offset
+            base: ir.Value = U.i64(0)
+            rem = o
+            for n, s in zip(reversed(kshape), reversed(kstr), strict=True):
+                base = b.add(base, b.mul(b.urem(rem, U.i64(n)), U.i64(s)))
+                rem = b.udiv(rem, U.i64(n))
+            if kind == "log_sum_exp":
+                b.store(S.const(dt, -math.inf), shift)
+                with nest(b, rshape, name="m") as ivs:
+                    v = S.load(b, dt, x, b.add(base, offset(b, ivs, rstr)))
+                    b.store(S.fmax_nan(b, b.load(shift), v), shift)
+                sh = b.load(shift)
+                finite = b.fcmp_ordered("<", S.intrinsic(b, "fabs", sh), ir.Constant(sh.type,
+                                                                                        math.inf))
+                b.store(b.select(finite, sh, ir.Constant(sh.type, 0.0)), shift)
+            init = {"max": _lowest(dt), "min": _highest(dt), "prod": 1,
+                    "argmax": _lowest(dt), "argmin": _highest(dt),
+                    "argmax_last": _lowest(dt), "argmin_last": _highest(dt)}.get(kind, 0)
+            if arg and dt.is_float:
+                # the first element starts the search (NaN compares false)
+                init_v = S.load(b, dt, x, base)
+                b.store(init_v, acc)
+            else:
+                b.store(S.const(acc_dt, init), acc)
+            if arg:
+                b.store(U.i64(0), best)
+            with nest(b, rshape, name="r") as ivs:
+                v = S.load(b, dt, x, b.add(base, offset(b, ivs, rstr)))
+                cur = b.load(acc)
+                if arg:
+                    flat = offset(b, ivs, contiguous_strides(rshape))
+                    cmp = {"argmax": ">", "argmin": "<", "argmax_last": ">=",
+                           "argmin_last": "<="}[kind]
+                    if dt.is_float:
+                        better = b.fcmp_ordered(cmp, v, cur)
+                    elif dt.is_signed:
+                        better = b.icmp_signed(cmp, v, cur)
+                    else:
+                        better = b.icmp_unsigned(cmp, v, cur)
+                    b.store(b.select(better, v, cur), acc)
+                    b.store(b.select(better, flat, b.load(best)), best)
+                else:
+                    if kind in ("max", "min"):
+                        nxt = S.emit(b, kind, [cur, v], [dt, dt], dt)
+                    else:
+                        w = S.convert(b, v, dt, acc_dt)
+                        if kind == "l1":
+                            w = S.emit(b, "abs", [w], [acc_dt], acc_dt)
+                        elif kind in ("l2", "sum_square"):
+                            w = S.emit(b, "mul", [w, w], [acc_dt, acc_dt], acc_dt)
+                        elif kind == "log_sum_exp":
+                            sh = S.convert(b, b.load(shift), dt, acc_dt)
+                            w = S.intrinsic(b, "exp", b.fsub(w, sh))
+                        op = "mul" if kind == "prod" else "add"
+                        if acc_dt.is_float:
+                            nxt = (b.fmul if op == "mul" else b.fadd)(cur, w, flags=FAST)
+                        else:
+                            nxt = S.emit(b, op, [cur, w], [acc_dt, acc_dt], acc_dt)
+                    b.store(nxt, acc)
+            if arg:
+                S.store(b, out_dt, b.load(best), out, o)
+            else:
+                r = b.load(acc)
+                if kind == "mean":
+                    r = b.fdiv(r, ir.Constant(r.type, float(count)))
+                elif kind == "l2":
+                    r = S.intrinsic(b, "sqrt", r)
+                elif kind == "log_sum":
+                    r = S.intrinsic(b, "log", r)
+                elif kind == "log_sum_exp":
+                    r = b.fadd(S.intrinsic(b, "log", r),
+                               S.convert(b, b.load(shift), dt, acc_dt))
+                S.store(b, out_dt, S.convert(b, r, acc_dt, out_dt), out, o)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, math.prod(kshape))
+
+
+def softmax(dt: DType, outer: int, n: int, inner: int, log: bool) -> Kernel:
+    """Softmax (or log-softmax) of an (outer, n, inner) array along n; split over outer."""
+    key = ("softmax", dt, outer, n, inner, log)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        ct = S.compute(dt)
+        mx, sm = _entry_alloca(b, ct), _entry_alloca(b, ct)
+        with nest(b, (outer, inner), lo, hi) as (o, i):
+            base = b.add(b.mul(o, U.i64(n * inner)), i)
+            b.store(ir.Constant(ct, -math.inf), mx)
+            with U.loop(b, 0, U.i64(n), 1, "j") as j:
+                v = S.load(b, dt, x, b.add(base, b.mul(j, U.i64(inner))))
+                b.store(S.fmax_nan(b, b.load(mx), v), mx)
+            b.store(ir.Constant(ct, 0.0), sm)
+            mxv = b.load(mx)
+            with U.loop(b, 0, U.i64(n), 1, "e") as j:
+                idx = b.add(base, b.mul(j, U.i64(inner)))
+                e = S.intrinsic(b, "exp", b.fsub(S.load(b, dt, x, idx), mxv))
+                if not log:
+                    S.store(b, dt, e, out, idx)
+                b.store(b.fadd(b.load(sm), e, flags=FAST), sm)
+            s = b.load(sm)
+            with U.loop(b, 0, U.i64(n), 1, "w") as j:
+                idx = b.add(base, b.mul(j, U.i64(inner)))
+                if log:
+                    r = b.fsub(b.fsub(S.load(b, dt, x, idx), mxv), S.intrinsic(b, "log", s))
+                else:
+                    r = b.fdiv(S.load(b, dt, out, idx), s)
+                S.store(b, dt, r, out, idx)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, outer)
+
+
+def layer_norm(dt: DType, rows: int, cols: int, eps: float) -> Kernel:
+    """(x - mean) / sqrt(var + eps) over each row of a (rows, cols) array (scale and bias are
+    applied by a following elementwise program)."""
+    key = ("layer_norm", dt, rows, cols, float(eps))
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        ct = S.compute(dt) if dt is not DType.FLOAT16 else U.F32
+        acc = _entry_alloca(b, ct)
+        with U.loop(b, lo, hi, 1, "r") as r:
+            base = b.mul(r, U.i64(cols))
+            b.store(ir.Constant(ct, 0.0), acc)
+            with U.loop(b, 0, U.i64(cols), 1, "s") as j:
+                b.store(b.fadd(b.load(acc), S.load(b, dt, x, b.add(base, j)), flags=FAST), acc)
+            mean = b.fdiv(b.load(acc), ir.Constant(ct, float(cols)))
+            b.store(ir.Constant(ct, 0.0), acc)
+            with U.loop(b, 0, U.i64(cols), 1, "v") as j:
+                d = b.fsub(S.load(b, dt, x, b.add(base, j)), mean)
+                b.store(b.fadd(b.load(acc), b.fmul(d, d), flags=FAST), acc)
+            var = b.fdiv(b.load(acc), ir.Constant(ct, float(cols)))
+            inv = b.fdiv(ir.Constant(ct, 1.0),
+                         S.intrinsic(b, "sqrt", b.fadd(var, ir.Constant(ct, eps))))
+            with U.loop(b, 0, U.i64(cols), 1, "w") as j:
+                idx = b.add(base, j)
+                S.store(b, dt, b.fmul(b.fsub(S.load(b, dt, x, idx), mean), inv), out, idx)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, rows)
+
+
+# -- linear algebra ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """out[b, i, j] = requant(alpha * sum_k (A[b, i, k] - azp[i]) * (B[b, k, j] - bzp[j])
+    (+ beta * C[b, i, j])). Strides are in elements over (batch..., i or k, k or j) of each
+    operand (0 where it broadcasts); out is contiguous (batch..., M, N)."""
+
+    a_dt: DType
+    b_dt: DType
+    out_dt: DType
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    a_str: tuple[int, ...]  # batch strides..., stride_i, stride_k
+    b_str: tuple[int, ...]  # batch strides..., stride_k, stride_j
+    alpha: float = 1.0
+    beta: float = 1.0
+    c: tuple[DType, tuple[int, ...]] | None = None  # dtype, strides (batch..., i, j)
+    zero_points: bool = False  # operands: azp (per row i, stride az), bzp (per column j)
+    azp_str: int = 0
+    bzp_str: int = 0
+    zp_dt: tuple[DType, DType] | None = None
+    # requantise (QLinearMatMul): y = saturate(rint(acc * (xs * ws / ys)) + yzp)
+    requant: bool = False
+    xs_str: int = 0
+    ws_str: int = 0
+    scale_dt: DType = DType.FLOAT32
+
+
+def matmul(spec: MatmulSpec) -> Kernel:
+    """A naive (i, k, j) loop nest over the output rows; accumulates in the output's compute
+    type (int32/int64 for integer inputs, float32 for float16)."""
+    key = ("matmul", spec)
+    s = spec
+    nptr = 3 + (1 if s.c else 0) + (2 if s.zero_points else 0) + (4 if s.requant else 0)
+    nb = len(s.batch)
+    rows = math.prod(s.batch) * s.m
+    if s.requant or s.zero_points:
+        acc_dt = DType.INT64 if s.requant else DType.INT32
+    elif s.out_dt.is_float:
+        acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
+    else:
+        acc_dt = s.out_dt
+
+    def build() -> ir.Module:
+        m, b, args = _function(key, nptr)
+        out, pa, pb = args[0], args[1], args[2]
+        rest = list(args[3:-2])
+        pc = rest.pop(0) if s.c else None
+        azp = rest.pop(0) if s.zero_points else None
+        bzp = rest.pop(0) if s.zero_points else None
+        lo, hi = args[-2], args[-1]
+        ct = S.compute(acc_dt)
+        row = _entry_alloca(b, ir.ArrayType(ct, s.n))
+        with U.loop(b, lo, hi, 1, "row") as r:
+            i = b.urem(r, U.i64(s.m))
+            rem = b.udiv(r, U.i64(s.m))
+            bidx = []
+            for n in reversed(s.batch):
+                bidx.append(b.urem(rem, U.i64(n)))
+                rem = b.udiv(rem, U.i64(n))
+            bidx.reverse()
+            abase = b.add(offset(b, bidx, s.a_str[:nb]), b.mul(i, U.i64(s.a_str[nb])))
+            bbase = offset(b, bidx, s.b_str[:nb])
+            rowp = b.gep(row, [U.i64(0), U.i64(0)])
+            with U.loop(b, 0, U.i64(s.n), 1, "z") as j:
+                U.store(b, ct, ir.Constant(ct, 0 if not acc_dt.is_float else 0.0), rowp, j)
+            az = None
+            if azp is not None:
+                assert s.zp_dt is not None
+                az = S.convert(b, S.load(b, s.zp_dt[0], azp, b.mul(i, U.i64(s.azp_str))),
+                               s.zp_dt[0], acc_dt)
+            with U.loop(b, 0, U.i64(s.k), 1, "k") as k:
+                av = S.convert(b, S.load(b, s.a_dt, pa, b.add(abase, b.mul(k, U.i64(
+                    s.a_str[nb + 1])))), s.a_dt, acc_dt)
+                if az is not None:
+                    av = b.sub(av, az)
+                brow = b.add(bbase, b.mul(k, U.i64(s.b_str[nb])))
+                with U.loop(b, 0, U.i64(s.n), 1, "j") as j:
+                    bv = S.convert(b, S.load(b, s.b_dt, pb, b.add(brow, b.mul(
+                        j, U.i64(s.b_str[nb + 1])))), s.b_dt, acc_dt)
+                    if bzp is not None:
+                        assert s.zp_dt is not None
+                        bv = b.sub(bv, S.convert(b, S.load(b, s.zp_dt[1], bzp, b.mul(
+                            j, U.i64(s.bzp_str))), s.zp_dt[1], acc_dt))
+                    cur = U.load(b, ct, rowp, j)
+                    if acc_dt.is_float:
+                        nxt = b.fadd(cur, b.fmul(av, bv), flags=("contract",))
+                    else:
+                        nxt = b.add(cur, b.mul(av, bv))
+                    U.store(b, ct, nxt, rowp, j)
+            obase = b.mul(r, U.i64(s.n))
+            with U.loop(b, 0, U.i64(s.n), 1, "w") as j:
+                v = U.load(b, ct, rowp, j)
+                if s.requant:
+                    xs, ws, ys, yzp = args[3 + (1 if s.c else 0) + 2:-2]
+                    f32 = s.scale_dt
+                    sx = S.load(b, f32, xs, b.mul(i, U.i64(s.xs_str)))
+                    sw = S.load(b, f32, ws, b.mul(j, U.i64(s.ws_str)))
+                    sxw = b.fmul(sx, sw)
+                    if f32 is DType.FLOAT16:  # the reference rounds each step to float16
+                        sxw = b.fpext(b.fptrunc(sxw, S.F16), U.F32)
+                    sc = b.fdiv(sxw, S.load(b, f32, ys, U.i64(0)))
+                    if f32 is DType.FLOAT16:
+                        sc = b.fpext(b.fptrunc(sc, S.F16), U.F32)
+                    y = b.fmul(S.convert(b, v, acc_dt, DType.FLOAT64),
+                               S.convert(b, sc, DType.FLOAT32, DType.FLOAT64))
+                    y = b.fadd(y, S.convert(b, S.load(b, s.out_dt, yzp, U.i64(0)), s.out_dt,
+                                            DType.FLOAT64))
+                    info = np.iinfo(s.out_dt.np)
+                    y = S.intrinsic(b, "roundeven", y)
+                    y = S.fmin_nan(b, S.fmax_nan(b, y, ir.Constant(S.F64, float(info.min))),
+                                   ir.Constant(S.F64, float(info.max)))
+                    S.store(b, s.out_dt, S.convert(b, y, DType.FLOAT64, s.out_dt), out,
+                            b.add(obase, j))
+                else:
+                    if s.alpha != 1.0:
+                        v = b.fmul(v, ir.Constant(ct, s.alpha))
+                    if pc is not None:
+                        assert s.c is not None
+                        cdt, cstr = s.c
+                        cv = S.convert(b, S.load(b, cdt, pc, b.add(offset(
+                            b, bidx + [i, j], cstr), U.i64(0))), cdt, acc_dt)
+                        if s.beta != 1.0:
+                            cv = b.fmul(cv, ir.Constant(ct, s.beta))
+                        v = b.fadd(v, cv) if acc_dt.is_float else b.add(v, cv)
+                    S.store(b, s.out_dt, S.convert(b, v, acc_dt, s.out_dt), out, b.add(obase, j))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * nptr + "ll", build, rows)
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """A direct N-d convolution (cross-correlation) of x (N, C, *in) with w (M, C/G, *kernel),
+    optional bias (M,), optional zero points (x: scalar; w: per output channel) and an
+    optional requantisation (QLinearConv)."""
+
+    x_dt: DType
+    w_dt: DType
+    out_dt: DType
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+    group: int
+    bias_dt: DType | None = None
+    zero_points: tuple[DType, DType, int] | None = None  # x zp dtype, w zp dtype, w zp stride
+    requant: tuple[int, int] | None = None  # (xs stride 0, ws stride per channel)
+    transposed: bool = False  # ConvTranspose: w is (C, M/G, *kernel), x scattered by strides
+
+
+def conv(spec: ConvSpec) -> Kernel:
+    """Split over (n, m) planes: operands x, w, [bias], [xzp, wzp], [xs, ws, ys, yzp]."""
+    key = ("conv", spec)
+    s = spec
+    nsp = len(s.x_shape) - 2
+    n, c = s.x_shape[:2]
+    mch = s.out_shape[1]
+    cg, mg = c // s.group, mch // s.group
+    ksz = s.w_shape[2:]
+    ins, outs = s.x_shape[2:], s.out_shape[2:]
+    nptr = 3 + (1 if s.bias_dt else 0) + (2 if s.zero_points else 0) + (4 if s.requant else 0)
+    if s.zero_points or s.requant:
+        acc_dt = DType.INT64 if s.requant else DType.INT32
+    else:
+        acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
+
+    def build() -> ir.Module:
+        m, b, args = _function(key, nptr)
+        out, px, pw = args[0], args[1], args[2]
+        rest = list(args[3:-2])
+        pbias = rest.pop(0) if s.bias_dt else None
+        pxz = rest.pop(0) if s.zero_points else None
+        pwz = rest.pop(0) if s.zero_points else None
+        lo, hi = args[-2], args[-1]
+        ct = S.compute(acc_dt)
+        acc = _entry_alloca(b, ct)
+        with U.loop(b, lo, hi, 1, "plane") as plane:
+            bn = b.udiv(plane, U.i64(mch))
+            mo = b.urem(plane, U.i64(mch))
+            g = b.udiv(mo, U.i64(mg))
+            xz = wz = None
+            if pxz is not None:
+                assert s.zero_points is not None
+                xz = S.convert(b, S.load(b, s.zero_points[0], pxz, U.i64(0)), s.zero_points[0],
+                               acc_dt)
+                wz = S.convert(b, S.load(b, s.zero_points[1], pwz, b.mul(
+                    mo, U.i64(s.zero_points[2]))), s.zero_points[1], acc_dt)
+            with nest(b, outs, name="o") as ovs:
+                b.store(ir.Constant(ct, 0.0 if acc_dt.is_float else 0), acc)
+                with U.loop(b, 0, U.i64(cg), 1, "ci") as ci:
+                    ch = b.add(b.mul(g, U.i64(cg)), ci)
+                    xbase = b.mul(b.add(b.mul(bn, U.i64(c)), ch), U.i64(math.prod(ins)))
+                    if s.transposed:  # w[ch, mo % mg, *k]
+                        wrow = b.add(b.mul(ch, U.i64(mg)), b.urem(mo, U.i64(mg)))
+                    else:
+                        wrow = b.add(b.mul(mo, U.i64(cg)), ci)
+                    wbase = b.mul(wrow, U.i64(math.prod(ksz)))
+                    with nest(b, ksz, name="k") as kvs:
+                        ok: ir.Value = ir.Constant(U.I1, 1)
+                        xi: ir.Value = xbase
+                        xst = contiguous_strides(ins)
+                        for d in range(nsp):
+                            if s.transposed:  # o = i * stride + k * dilation - pad
+                                t = b.sub(b.add(ovs[d], U.i64(s.pads[d])),
+                                          b.mul(kvs[d], U.i64(s.dilations[d])))
+                                st_ = U.i64(s.strides[d])
+                                ok = b.and_(ok, b.icmp_signed(">=", t, U.i64(0)))
+                                ok = b.and_(ok, b.icmp_signed("==", b.srem(t, st_), U.i64(0)))
+                                p = b.sdiv(t, st_)
+                            else:
+                                p = b.add(b.mul(ovs[d], U.i64(s.strides[d])),
+                                          U.i64(-s.pads[d]))
+                                p = b.add(p, b.mul(kvs[d], U.i64(s.dilations[d])))
+                            ok = b.and_(ok, b.icmp_unsigned("<", p, U.i64(ins[d])))
+                            xi = b.add(xi, b.mul(p, U.i64(xst[d])))
+                        with b.if_then(ok):
+                            xv = S.convert(b, S.load(b, s.x_dt, px, xi), s.x_dt, acc_dt)
+                            wv = S.convert(b, S.load(b, s.w_dt, pw, b.add(
+                                wbase, offset(b, kvs, contiguous_strides(ksz)))), s.w_dt,
+                                acc_dt)
+                            if xz is not None:
+                                xv, wv = b.sub(xv, xz), b.sub(wv, wz)
+                            cur = b.load(acc)
+                            b.store(b.fadd(cur, b.fmul(xv, wv), flags=("contract",))
+                                    if acc_dt.is_float else b.add(cur, b.mul(xv, wv)), acc)
+                v = b.load(acc)
+                if pbias is not None:
+                    assert s.bias_dt is not None
+                    bv = S.convert(b, S.load(b, s.bias_dt, pbias, mo), s.bias_dt, acc_dt)
+                    v = b.fadd(v, bv) if acc_dt.is_float else b.add(v, bv)
+                oi = b.add(b.mul(plane, U.i64(math.prod(outs))),
+                           offset(b, ovs, contiguous_strides(outs)))
+                if s.requant:
+                    assert s.requant is not None
+                    xs, ws, ys, yzp = args[3 + (1 if s.bias_dt else 0) + 2:-2]
+                    f32 = DType.FLOAT32
+                    sc = b.fdiv(b.fmul(S.load(b, f32, xs, U.i64(0)),
+                                       S.load(b, f32, ws, b.mul(mo, U.i64(s.requant[1])))),
+                                S.load(b, f32, ys, U.i64(0)))
+                    y = b.fmul(S.convert(b, v, acc_dt, DType.FLOAT64),
+                               S.convert(b, sc, f32, DType.FLOAT64))
+                    y = b.fadd(y, S.convert(b, S.load(b, s.out_dt, yzp, U.i64(0)), s.out_dt,
+                                            DType.FLOAT64))
+                    info = np.iinfo(s.out_dt.np)
+                    y = S.intrinsic(b, "roundeven", y)
+                    y = S.fmin_nan(b, S.fmax_nan(b, y, ir.Constant(S.F64, float(info.min))),
+                                   ir.Constant(S.F64, float(info.max)))
+                    S.store(b, s.out_dt, S.convert(b, y, DType.FLOAT64, s.out_dt), out, oi)
+                else:
+                    S.store(b, s.out_dt, S.convert(b, v, acc_dt, s.out_dt), out, oi)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * nptr + "ll", build, n * mch)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    kind: str  # "max", "avg" or "index" (where the max is: a flat input index, int64)
+    dt: DType
+    x_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+    count_include_pad: bool
+    column_major: bool = False  # "index": spatial axes counted innermost-first
+    p: int = 2  # "lp": (sum of |x|^p over the window)^(1/p), padding counts as 0
+
+
+def pool(spec: PoolSpec) -> Kernel:
+    """N-d max / average pooling over (n, c) planes; cells past the end padding (ceil mode)
+    never count, padding cells count for average pooling only with count_include_pad."""
+    key = ("pool", spec)
+    s = spec
+    nsp = len(s.kernel)
+    ins, outs = s.x_shape[2:], s.out_shape[2:]
+    planes = s.x_shape[0] * s.x_shape[1]
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        dt = s.dt
+        ct = S.compute(dt) if dt.is_float else S.compute(dt)
+        acc = _entry_alloca(b, ct)
+        cnt = _entry_alloca(b, U.I64)
+        best = _entry_alloca(b, U.I64)
+        lst = contiguous_strides(ins[::-1])[::-1] if s.column_major else contiguous_strides(ins)
+        with U.loop(b, lo, hi, 1, "plane") as plane:
+            xbase = b.mul(plane, U.i64(math.prod(ins)))
+            with nest(b, outs, name="o") as ovs:
+                init = _lowest(dt) if s.kind in ("max", "index") else 0
+                b.store(U.i64(-1), best)
+                b.store(S.const(dt, init) if dt.is_float else S.int_const(dt, init), acc)
+                b.store(U.i64(0), cnt)
+                with nest(b, s.kernel, name="k") as kvs:
+                    ok: ir.Value = ir.Constant(U.I1, 1)
+                    inpad: ir.Value = ir.Constant(U.I1, 1)
+                    xi: ir.Value = xbase
+                    li: ir.Value = b.mul(plane, U.i64(math.prod(ins)))
+                    xst = contiguous_strides(ins)
+                    for d in range(nsp):
+                        p = b.add(b.mul(ovs[d], U.i64(s.strides[d])), U.i64(-s.pads[d]))
+                        p = b.add(p, b.mul(kvs[d], U.i64(s.dilations[d])))
+                        li = b.add(li, b.mul(p, U.i64(lst[d])))
+                        ok = b.and_(ok, b.icmp_unsigned("<", p, U.i64(ins[d])))
+                        inpad = b.and_(inpad, b.icmp_signed(
+                            "<", b.add(p, U.i64(s.pads[d])),
+                            U.i64(ins[d] + s.pads[d] + s.pads[nsp + d])))
+                        xi = b.add(xi, b.mul(p, U.i64(xst[d])))
+                    counted = inpad if s.count_include_pad else ok
+                    b.store(b.add(b.load(cnt), b.zext(counted, U.I64)), cnt)
+                    with b.if_then(ok):
+                        v = S.load(b, dt, x, xi)
+                        cur = b.load(acc)
+                        if s.kind == "index":
+                            better = (b.fcmp_ordered(">", v, cur) if dt.is_float else
+                                      (b.icmp_signed if dt.is_signed else b.icmp_unsigned)(
+                                          ">", v, cur))
+                            b.store(b.select(better, v, cur), acc)
+                            b.store(b.select(better, li, b.load(best)), best)
+                        elif s.kind == "max":
+                            b.store(S.emit(b, "max", [cur, v], [dt, dt], dt), acc)
+                        elif s.kind == "lp":
+                            av = S.intrinsic(b, "fabs", v)
+                            b.store(b.fadd(cur, S.intrinsic(b, "pow", av, ir.Constant(
+                                av.type, float(s.p)))), acc)
+                        else:
+                            b.store(b.fadd(cur, v), acc)
+                r = b.load(acc)
+                if s.kind == "avg":
+                    r = b.fdiv(r, b.sitofp(b.load(cnt), ct))
+                elif s.kind == "lp":
+                    r = S.intrinsic(b, "pow", r, ir.Constant(r.type, 1.0 / s.p))
+                odt = dt
+                if s.kind == "index":
+                    r, odt = b.load(best), DType.INT64
+                S.store(b, odt, r, out, b.add(b.mul(plane, U.i64(math.prod(outs))),
+                                             offset(b, ovs, contiguous_strides(outs))))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, planes)
+
+
+def panel_copy(rows: int, ld_src: int, ncols: int, nr: int,
+               program: tuple[Instr, ...] = ()) -> Kernel:
+    """dst[r, c] = f(src[r, c] [, res[r, c]]) for the columns c of panels [lo, hi) (nr columns
+    each, < ncols): the valid part of a GEMM computed into a padded buffer. `program` (an
+    elementwise program over value 0 = the GEMM result and, when it names value 1, the
+    residual in dst's layout) fuses the epilogue the GEMM kernel does not do (a residual add,
+    an activation) into this copy; empty: a plain copy."""
+    key = ("panel_copy", rows, ld_src, ncols, nr, program)
+    nres = 1 if any(1 in srcs for _, srcs, _, _ in program) else 0
+    f32 = DType.FLOAT32
+
+    def build() -> ir.Module:
+        m, b, args = _function(key, 2 + nres)
+        dst, src, lo, hi = args[0], args[1], args[-2], args[-1]
+        c0 = b.mul(lo, U.i64(nr))
+        c1 = U.imin(b, b.mul(hi, U.i64(nr)), U.i64(ncols))
+        with U.loop(b, 0, U.i64(rows), 1, "r") as r:
+            with U.loop(b, c0, c1, 1, "c") as c:
+                di = b.add(b.mul(r, U.i64(ncols)), c)
+                vals = [U.load(b, U.F32, src, b.add(b.mul(r, U.i64(ld_src)), c))]
+                if nres:
+                    vals.append(U.load(b, U.F32, args[2], di))
+                for op, srcs, params, dt in program:
+                    args_ = [vals[i] for i in srcs]
+                    vals.append(S.emit(b, op, args_, [f32] * len(args_), dt, params))
+                U.store(b, U.F32, vals[-1], dst, di)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pp" + "p" * nres + "ll", build, -(-ncols // nr))
+
+
+def scan(kind: str, dt: DType, outer: int, n: int, inner: int, exclusive: bool,
+         reverse: bool) -> Kernel:
+    """Cumulative sum ("add") or product ("mul") of an (outer, n, inner) array along n."""
+    key = ("scan", kind, dt, outer, n, inner, exclusive, reverse)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        acc = _entry_alloca(b, S.compute(dt))
+        with nest(b, (outer, inner), lo, hi) as (o, i):
+            base = b.add(b.mul(o, U.i64(n * inner)), i)
+            b.store(S.const(dt, 1 if kind == "mul" else 0), acc)
+            with U.loop(b, 0, U.i64(n), 1, "j") as j:
+                jj = b.sub(U.i64(n - 1), j) if reverse else j
+                idx = b.add(base, b.mul(jj, U.i64(inner)))
+                v = S.load(b, dt, x, idx)
+                cur = b.load(acc)
+                nxt = S.emit(b, kind, [cur, v], [dt, dt], dt)
+                S.store(b, dt, cur if exclusive else nxt, out, idx)
+                b.store(nxt, acc)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, outer)
+
+
+def trilu(dt: DType, batch: int, rows: int, cols: int, upper: bool, k: int) -> Kernel:
+    """Keep x[b, i, j] where j - i >= k (upper) or j - i <= k (lower), else 0."""
+    key = ("trilu", dt, batch, rows, cols, upper, k)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        with nest(b, (batch, rows, cols), lo, hi) as (bb, i, j):
+            idx = b.add(b.mul(b.add(b.mul(bb, U.i64(rows)), i), U.i64(cols)), j)
+            d = b.sub(j, i)
+            keep = b.icmp_signed(">=" if upper else "<=", d, U.i64(k))
+            zero = S.const(dt, 0)
+            S.store(b, dt, b.select(keep, S.load(b, dt, x, idx), zero), out, idx)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, batch)
+
+
+def hardmax(dt: DType, outer: int, n: int, inner: int) -> Kernel:
+    """1 at the first maximum along n of an (outer, n, inner) array, 0 elsewhere."""
+    key = ("hardmax", dt, outer, n, inner)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        best = _entry_alloca(b, U.I64)
+        mx = _entry_alloca(b, S.compute(dt))
+        with nest(b, (outer, inner), lo, hi) as (o, i):
+            base = b.add(b.mul(o, U.i64(n * inner)), i)
+            b.store(S.load(b, dt, x, base), mx)
+            b.store(U.i64(0), best)
+            with U.loop(b, 1, U.i64(n), 1, "j") as j:
+                v = S.load(b, dt, x, b.add(base, b.mul(j, U.i64(inner))))
+                cur = b.load(mx)
+                better = (b.fcmp_ordered(">", v, cur) if dt.is_float else
+                          (b.icmp_signed if dt.is_signed else b.icmp_unsigned)(">", v, cur))
+                b.store(b.select(better, v, cur), mx)
+                b.store(b.select(better, j, b.load(best)), best)
+            with U.loop(b, 0, U.i64(n), 1, "w") as j:
+                one = b.icmp_signed("==", j, b.load(best))
+                v = b.select(one, S.const(dt, 1), S.const(dt, 0))
+                S.store(b, dt, v, out, b.add(base, b.mul(j, U.i64(inner))))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, outer)
+
+
+def taps(in_dt: DType, out_dt: DType, outer: int, n_in: int, n_out: int, inner: int,
+         ntaps: int, saturate: bool) -> Kernel:
+    """out[o, i, t] = bias[i] + sum_k w[i, k] * x[o, idx[i, k], t] along one axis, in float64
+    (resampling: Resize, one axis at a time). Operands: x, idx (int64), w and bias (float64).
+    With saturate, an integer output is rounded half to even and clamped."""
+    key = ("taps", in_dt, out_dt, outer, n_in, n_out, inner, ntaps, saturate)
+    f64 = DType.FLOAT64
+
+    def build() -> ir.Module:
+        m, b, (out, x, idx, w, bias, lo, hi) = _function(key, 5)
+        with nest(b, (outer, n_out, inner), lo, hi) as (o, i, t):
+            acc = S.load(b, f64, bias, i)
+            for k in range(ntaps):
+                j = b.add(b.mul(i, U.i64(ntaps)), U.i64(k))
+                src = S.load(b, DType.INT64, idx, j)
+                xi = b.add(b.mul(b.add(b.mul(o, U.i64(n_in)), src), U.i64(inner)), t)
+                xv = S.convert(b, S.load(b, in_dt, x, xi), in_dt, f64)
+                acc = b.fadd(acc, b.fmul(S.load(b, f64, w, j), xv))
+            if saturate and not out_dt.is_float and out_dt is not DType.BOOL:
+                info = np.iinfo(out_dt.np)
+                acc = S.intrinsic(b, "roundeven", acc)
+                acc = S.fmin_nan(b, S.fmax_nan(b, acc, ir.Constant(S.F64, float(info.min))),
+                                 ir.Constant(S.F64, float(info.max)))
+            oi = b.add(b.mul(b.add(b.mul(o, U.i64(n_out)), i), U.i64(inner)), t)
+            S.store(b, out_dt, S.convert(b, acc, f64, out_dt), out, oi)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pppppll", build, outer)
+
+
+def _combine(b: ir.IRBuilder, reduction: str, dt: DType, cur: ir.Value, v: ir.Value) -> ir.Value:
+    if reduction == "none":
+        return v
+    op = {"add": "add", "mul": "mul", "max": "max", "min": "min"}[reduction]
+    return S.emit(b, op, [cur, v], [dt, dt], dt)
+
+
+def scatter_elements(dt: DType, idx_dt: DType, x_shape: Sequence[int],
+                     idx_shape: Sequence[int], axis: int, reduction: str) -> Kernel:
+    """out (already a copy of x)[i... with i[axis] = idx[i...]] (reduction)= upd[i...], in
+    order (the last of duplicate indices wins). Not split: updates may collide."""
+    x_shape, idx_shape = tuple(x_shape), tuple(idx_shape)
+    key = ("scatter_elements", dt, idx_dt, x_shape, idx_shape, axis, reduction)
+    xst, ist = contiguous_strides(x_shape), contiguous_strides(idx_shape)
+
+    def build() -> ir.Module:
+        m, b, (out, idx, upd, lo, hi) = _function(key, 3)
+        with nest(b, idx_shape, lo, hi) as ivs:
+            flat = offset(b, ivs, ist)
+            k = S.convert(b, S.load(b, idx_dt, idx, flat), idx_dt, DType.INT64)
+            k = b.select(b.icmp_signed("<", k, U.i64(0)), b.add(k, U.i64(x_shape[axis])), k)
+            dst = offset(b, [k if d == axis else iv for d, iv in enumerate(ivs)], xst)
+            v = _combine(b, reduction, dt, S.load(b, dt, out, dst), S.load(b, dt, upd, flat))
+            S.store(b, dt, v, out, dst)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pppll", build, idx_shape[0] if idx_shape else 1)
+
+
+def index_rows(dt: DType, idx_dt: DType, x_shape: Sequence[int], nbatch: int, rows: int,
+               k: int, scatter: bool, reduction: str = "none") -> Kernel:
+    """GatherND / ScatterND over `batch` leading axes of x: row r of idx (k indices into the
+    next k axes, negative from the end) names a slice of the remaining axes.
+    gather: out[bt, r, :] = x[bt, idx[bt, r], :];
+    scatter: out[bt, idx[bt, r], :] (reduction)= upd[bt, r, :] (out already holds x)."""
+    x_shape = tuple(x_shape)
+    key = ("index_rows", dt, idx_dt, x_shape, nbatch, rows, k, scatter, reduction)
+    xst = contiguous_strides(x_shape)
+    batch = math.prod(x_shape[:nbatch])
+    inner = math.prod(x_shape[nbatch + k:])
+    xbatch = math.prod(x_shape[nbatch:])
+
+    def build() -> ir.Module:
+        m, b, (out, x, idx, lo, hi) = _function(key, 3)
+        with nest(b, (batch, rows), lo, hi) as (bt, r):
+            src: ir.Value = b.mul(bt, U.i64(xbatch))
+            ibase = b.mul(b.add(b.mul(bt, U.i64(rows)), r), U.i64(k))
+            for j in range(k):
+                v = S.convert(b, S.load(b, idx_dt, idx, b.add(ibase, U.i64(j))), idx_dt,
+                              DType.INT64)
+                dim = x_shape[nbatch + j]
+                v = b.select(b.icmp_signed("<", v, U.i64(0)), b.add(v, U.i64(dim)), v)
+                src = b.add(src, b.mul(v, U.i64(xst[nbatch + j])))
+            row = b.mul(b.add(b.mul(bt, U.i64(rows)), r), U.i64(inner))
+            with U.loop(b, 0, U.i64(inner), 1, "t") as t:
+                if scatter:  # x is the updates here
+                    d = b.add(src, t)
+                    v = _combine(b, reduction, dt, S.load(b, dt, out, d),
+                                 S.load(b, dt, x, b.add(row, t)))
+                    S.store(b, dt, v, out, d)
+                else:
+                    S.store(b, dt, S.load(b, dt, x, b.add(src, t)), out, b.add(row, t))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pppll", build, batch)
+
+
+def topk(dt: DType, outer: int, n: int, inner: int, k: int, largest: bool) -> Kernel:
+    """Indices (int64) of the k largest (smallest) along n of an (outer, n, inner) array,
+    ties broken by the lower index: element j goes to position rank(j) when that is < k,
+    rank(j) = #{i: x[i] beats x[j] or (x[i] == x[j] and i < j)} (O(n^2), small axes)."""
+    key = ("topk", dt, outer, n, inner, k, largest)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        rank = _entry_alloca(b, U.I64)
+        cmp = ">" if largest else "<"
+        with nest(b, (outer, inner), lo, hi) as (o, t):
+            base = b.add(b.mul(o, U.i64(n * inner)), t)
+            obase = b.add(b.mul(o, U.i64(k * inner)), t)
+            with U.loop(b, 0, U.i64(n), 1, "j") as j:
+                xj = S.load(b, dt, x, b.add(base, b.mul(j, U.i64(inner))))
+                b.store(U.i64(0), rank)
+                with U.loop(b, 0, U.i64(n), 1, "i") as i:
+                    xi = S.load(b, dt, x, b.add(base, b.mul(i, U.i64(inner))))
+                    if dt.is_float:
+                        beats, eq = b.fcmp_ordered(cmp, xi, xj), b.fcmp_ordered("==", xi, xj)
+                    else:
+                        ic = b.icmp_signed if dt.is_signed else b.icmp_unsigned
+                        beats, eq = ic(cmp, xi, xj), ic("==", xi, xj)
+                    ahead = b.or_(beats, b.and_(eq, b.icmp_signed("<", i, j)))
+                    b.store(b.add(b.load(rank), b.zext(ahead, U.I64)), rank)
+                r = b.load(rank)
+                with b.if_then(b.icmp_signed("<", r, U.i64(k))):
+                    U.store(b, U.I64, j, out, b.add(obase, b.mul(r, U.i64(inner))))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, outer)
+
+
+def depthwise(g: object, act: str) -> Kernel:
+    """Depthwise 2-d convolution, ``depthwise(x, w, bias, y, c0, c1, lo, hi)`` for channels
+    [c0, c1) (same arguments as conv.py's kernel). Each output row is computed in registers:
+    the kh*kw taps are unrolled, a tap whose input row is outside the image reads a clamped row
+    with a zero weight, the interior columns (every tap in bounds) run without checks and
+    vectorise, the border columns check each tap. ReLU / clip (lo, hi) before the one store."""
+    key = ("depthwise", g, act)
+    c, h, w, kh, kw = g.c, g.h, g.w, g.kh, g.kw  # type: ignore[attr-defined]
+    sh, sw, ph, pw, dh, dw = g.sh, g.sw, g.ph, g.pw, g.dh, g.dw  # type: ignore[attr-defined]
+    oh, ow = g.oh, g.ow  # type: ignore[attr-defined]
+    del c
+    # interior columns: 0 <= ow*sw - pw and ow*sw - pw + (kw-1)*dw <= w - 1
+    lo_c = min(ow, -(-pw // sw))
+    hi_c = max(lo_c, min(ow, (w - 1 - (kw - 1) * dw + pw) // sw + 1))
+
+    def build() -> ir.Module:
+        m = ir.Module(name=f"{key[0]}_{abs(hash(key)):x}")
+        fn, b = U.new_function(m, "depthwise", [
+            ("x", U.PTR), ("w", U.PTR), ("bias", U.PTR), ("y", U.PTR), ("c0", U.I64),
+            ("c1", U.I64), ("lo", U.F32), ("hi", U.F32)])
+        x, wp, bias, y, c0, c1, lo, hi = fn.args
+        zero = U.f32(0.0)
+
+        def finish(v: ir.Value) -> ir.Value:
+            if act == "relu":
+                return U.fmax(b, v, zero)
+            if act == "clip":
+                return U.fmin(b, U.fmax(b, v, lo), hi)
+            return v
+
+        with U.loop(b, c0, c1, 1, "ch") as ch:
+            bv = U.load(b, U.F32, bias, ch)
+            wv = [[U.load(b, U.F32, wp, b.add(b.mul(ch, U.i64(kh * kw)), U.i64(i * kw + j)))
+                   for j in range(kw)] for i in range(kh)]
+            xc = b.mul(ch, U.i64(h * w))
+            yc = b.mul(ch, U.i64(oh * ow))
+            with U.loop(b, 0, U.i64(oh), 1, "oh") as o_h:
+                rows, weights = [], []
+                for i in range(kh):
+                    ih = b.add(b.mul(o_h, U.i64(sh)), U.i64(i * dh - ph))
+                    ok = b.icmp_unsigned("<", ih, U.i64(h))
+                    ihc = U.imin(b, U.imax(b, ih, U.i64(0)), U.i64(h - 1))
+                    rows.append(b.add(xc, b.mul(ihc, U.i64(w))))
+                    weights.append([b.select(ok, wv[i][j], zero) for j in range(kw)])
+                yrow = b.add(yc, b.mul(o_h, U.i64(ow)))
+
+                def column(o_w: ir.Value, checked: bool) -> None:
+                    acc = bv
+                    base = b.sub(b.mul(o_w, U.i64(sw)), U.i64(pw))
+                    for j in range(kw):
+                        iw = b.add(base, U.i64(j * dw))
+                        wj = [weights[i][j] for i in range(kh)]
+                        if checked:
+                            okc = b.icmp_unsigned("<", iw, U.i64(w))
+                            iw = U.imin(b, U.imax(b, iw, U.i64(0)), U.i64(w - 1))
+                            wj = [b.select(okc, v, zero) for v in wj]
+                        for i in range(kh):
+                            xv = U.load(b, U.F32, x, b.add(rows[i], iw))
+                            acc = U.fma(b, wj[i], xv, acc)
+                    U.store(b, U.F32, finish(acc), y, b.add(yrow, o_w))
+
+                with U.loop(b, 0, U.i64(lo_c), 1, "left") as o_w:
+                    column(o_w, True)
+                with U.loop(b, U.i64(lo_c), U.i64(hi_c), 1, "mid") as o_w:
+                    column(o_w, False)
+                with U.loop(b, U.i64(hi_c), U.i64(ow), 1, "right") as o_w:
+                    column(o_w, True)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "depthwise", "ppppllff", build, 0)
+
+
+def lrn(dt: DType, n: int, c: int, inner: int, size: int, alpha: float, beta: float,
+        bias: float) -> Kernel:
+    """Local response normalisation across channels of (n, c, inner):
+    y = x / (bias + alpha / size * sum of x^2 over channels [c - (size-1)//2, c + size//2])^beta."""
+    key = ("lrn", dt, n, c, inner, size, alpha, beta, bias)
+    lo_off, hi_off = (size - 1) // 2, size // 2
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        ct = S.compute(dt)
+        acc = _entry_alloca(b, ct)
+        with nest(b, (n, c, inner), lo, hi) as (i, ch, t):
+            b.store(ir.Constant(ct, 0.0), acc)
+            c0 = U.imax(b, b.sub(ch, U.i64(lo_off)), U.i64(0))
+            c1 = U.imin(b, b.add(ch, U.i64(hi_off + 1)), U.i64(c))
+            with U.loop(b, c0, c1, 1, "k") as k:
+                v = S.load(b, dt, x, b.add(b.mul(b.add(b.mul(i, U.i64(c)), k), U.i64(inner)), t))
+                b.store(b.fadd(b.load(acc), b.fmul(v, v)), acc)
+            idx = b.add(b.mul(b.add(b.mul(i, U.i64(c)), ch), U.i64(inner)), t)
+            d = b.fadd(ir.Constant(ct, bias), b.fmul(ir.Constant(ct, alpha / size), b.load(acc)))
+            d = S.intrinsic(b, "pow", d, ir.Constant(ct, beta))
+            S.store(b, dt, b.fdiv(S.load(b, dt, x, idx), d), out, idx)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, n)
+
+
+def reverse_sequence(dt: DType, len_dt: DType, shape: Sequence[int], batch_axis: int,
+                     time_axis: int) -> Kernel:
+    """out[..., b, ..., t, ...] = x[..., b, ..., len[b] - 1 - t, ...] for t < len[b], else
+    x at t (ReverseSequence)."""
+    shape = tuple(shape)
+    key = ("reverse_sequence", dt, len_dt, shape, batch_axis, time_axis)
+    st = contiguous_strides(shape)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lens, lo, hi) = _function(key, 3)
+        with nest(b, shape, lo, hi) as ivs:
+            bt, t = ivs[batch_axis], ivs[time_axis]
+            n = S.convert(b, S.load(b, len_dt, lens, bt), len_dt, DType.INT64)
+            src_t = b.select(b.icmp_signed("<", t, n), b.sub(b.sub(n, U.i64(1)), t), t)
+            src = offset(b, [src_t if d == time_axis else iv for d, iv in enumerate(ivs)], st)
+            S.store(b, dt, S.load(b, dt, x, src), out, offset(b, ivs, st))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pppll", build, shape[0])
+
+
+def col2im(dt: DType, out_shape: Sequence[int], kernel: Sequence[int], blocks: Sequence[int],
+           strides: Sequence[int], pads: Sequence[int], dilations: Sequence[int]) -> Kernel:
+    """The adjoint of im2col: out[n, c, *y] = sum over taps k and block positions p with
+    p * stride + k * dilation - pad_begin == y of x[n, c * K + k, flat(p)]."""
+    out_shape = tuple(out_shape)
+    key = ("col2im", dt, out_shape, tuple(kernel), tuple(blocks), tuple(strides), tuple(pads),
+           tuple(dilations))
+    nsp = len(kernel)
+    image = out_shape[2:]
+    ktot, ltot = math.prod(kernel), math.prod(blocks)
+    kst, bst = contiguous_strides(kernel), contiguous_strides(blocks)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = _function(key, 2)
+        ct = S.compute(dt)
+        acc = _entry_alloca(b, ct)
+        with nest(b, (out_shape[0] * out_shape[1],), lo, hi) as (nc,):
+            with nest(b, image, name="y") as ys:
+                b.store(ir.Constant(ct, 0.0), acc)
+                with nest(b, kernel, name="k") as ks:
+                    ok: ir.Value = ir.Constant(U.I1, 1)
+                    pflat: ir.Value = U.i64(0)
+                    for d in range(nsp):
+                        t = b.sub(b.add(ys[d], U.i64(pads[d])), b.mul(ks[d], U.i64(dilations[d])))
+                        ok = b.and_(ok, b.icmp_signed(">=", t, U.i64(0)))
+                        ok = b.and_(ok, b.icmp_signed("==", b.srem(t, U.i64(strides[d])),
+                                                      U.i64(0)))
+                        p = b.sdiv(t, U.i64(strides[d]))
+                        ok = b.and_(ok, b.icmp_signed("<", p, U.i64(blocks[d])))
+                        pflat = b.add(pflat, b.mul(p, U.i64(bst[d])))
+                    with b.if_then(ok):
+                        row = b.add(b.mul(nc, U.i64(ktot)), offset(b, ks, kst))
+                        v = S.load(b, dt, x, b.add(b.mul(row, U.i64(ltot)), pflat))
+                        b.store(b.fadd(b.load(acc), v), acc)
+                oi = b.add(b.mul(nc, U.i64(math.prod(image))),
+                           offset(b, ys, contiguous_strides(image)))
+                S.store(b, dt, b.load(acc), out, oi)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, out_shape[0] * out_shape[1])
+
+
+def einsum(dt: DType, inputs: Sequence[tuple[str, tuple[int, ...]]], output: str,
+           sizes: dict[str, int]) -> Kernel:
+    """out[output letters] = sum over the other letters of the product of the operands, each
+    indexed by its letters (a repeated letter walks the diagonal): Einsum as one loop nest."""
+    inputs = tuple(inputs)
+    summed = sorted({c for sub, _ in inputs for c in sub} - set(output))
+    key = ("einsum", dt, inputs, output, tuple(sorted(sizes.items())))
+    oshape = tuple(sizes[c] for c in output) or (1,)
+    acc_dt = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+
+    def strides(sub: str, shape: tuple[int, ...], letters: str) -> list[int]:
+        st = contiguous_strides(shape)  # a broadcast (size-1) axis does not move
+        return [sum(st[i] for i, c in enumerate(sub) if c == L_ and shape[i] != 1)
+                for L_ in letters]
+
+    def build() -> ir.Module:
+        m, b, args = _function(key, 1 + len(inputs))
+        out, ins, lo, hi = args[0], args[1:-2], args[-2], args[-1]
+        acc = _entry_alloca(b, S.compute(acc_dt))
+        with nest(b, oshape, lo, hi, "o") as ovs:
+            ovs = ovs if output else []
+            b.store(S.const(acc_dt, 0), acc)
+            with nest(b, [sizes[c] for c in summed], name="s") as svs:
+                prod: ir.Value | None = None
+                for (sub, shape), p in zip(inputs, ins, strict=True):
+                    idx = b.add(offset(b, ovs, strides(sub, shape, output)),
+                                offset(b, svs, strides(sub, shape, "".join(summed))))
+                    v = S.convert(b, S.load(b, dt, p, idx), dt, acc_dt)
+                    prod = v if prod is None else S.emit(b, "mul", [prod, v], [acc_dt] * 2,
+                                                         acc_dt)
+                assert prod is not None
+                b.store(S.emit(b, "add", [b.load(acc), prod], [acc_dt] * 2, acc_dt), acc)
+            S.store(b, dt, S.convert(b, b.load(acc), acc_dt, dt), out,
+                    offset(b, ovs, contiguous_strides(oshape)) if output else U.i64(0))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * (1 + len(inputs)) + "ll", build, oshape[0])
