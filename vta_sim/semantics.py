@@ -12,8 +12,8 @@ right shift by ``min(b, 31)``; by ``b < 0`` a left shift by ``-b``, which gives 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,12 +28,22 @@ __all__ = ["execute", "load", "store", "gemm", "alu", "loop_indices", "elem_byte
 Insn = Mapping[str, int]
 
 
-@functools.lru_cache(maxsize=32)
+_EB_CACHE: dict[int, tuple[object, tuple[int, ...]]] = {}
+
+
 def _elem_bytes_table(cfg) -> tuple[int, ...]:
+    # cached by identity: hashing a config on every instruction costs more than the lookup
+    hit = _EB_CACHE.get(id(cfg))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
     table = {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes,
              MemType.INP: cfg.inp_elem_bytes, MemType.ACC: cfg.acc_elem_bytes,
              MemType.OUT: cfg.out_elem_bytes, MemType.ACC_8BIT: cfg.batch * cfg.block_out}
-    return tuple(table[MemType(k)] for k in range(len(MemType)))
+    result = tuple(table[MemType(k)] for k in range(len(MemType)))
+    if len(_EB_CACHE) >= 64:
+        _EB_CACHE.clear()
+    _EB_CACHE[id(cfg)] = (cfg, result)  # holding cfg keeps id(cfg) from being reused
+    return result
 
 
 def elem_bytes(cfg, memory_type: int) -> int:
@@ -99,10 +109,12 @@ def load(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
         return
     y0, y1, x0, x1 = insn["y_pad_0"], insn["y_pad_1"], insn["x_pad_0"], insn["x_pad_1"]
     rows, cols = y0 + y + y1, x0 + x + x1
-    buf, name, dtype = _buffer(state, mt)
-    eb = elem_bytes(state.cfg, mt)
+    attr, name, dtype = _BUFFERS[mt]  # type: ignore[index]
+    buf = getattr(state, attr)
+    eb = _elem_bytes_table(state.cfg)[mt]
     base = insn["sram_base"]
-    _sram_check(name, buf.shape[0], base, rows * cols)
+    if base + rows * cols > buf.shape[0]:
+        _sram_check(name, buf.shape[0], base, rows * cols)
     _dram_check(dram, insn, eb)
     if rows == y and cols == x and (insn["x_stride"] == x or y == 1) \
             and mt != MemType.ACC_8BIT:  # one contiguous run of bytes, no padding
@@ -175,6 +187,54 @@ def loop_indices(state: ArchState, insn: Insn, src_depth: int, src_name: str
     return dst, src, wgt
 
 
+def _as_slice(rows: np.ndarray) -> slice | np.ndarray:
+    """``rows`` as a slice when they are consecutive ascending, else as an index array."""
+    if rows.size and bool((rows == np.arange(rows[0], rows[0] + rows.size)).all()):
+        return slice(int(rows[0]), int(rows[0]) + rows.size)
+    return rows
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """:func:`loop_indices` of one loop, with ``dst``/``src`` as slices where they can be,
+    and whether the loop runs as one vector step: ``free_imm`` no row is written twice,
+    ``free_src`` nor does an iteration read a row an earlier one wrote."""
+
+    dst: np.ndarray
+    src: np.ndarray
+    dsel: slice | np.ndarray
+    ssel: slice | np.ndarray
+    free_imm: bool
+    free_src: bool
+
+
+_LOOP_CACHE: dict[tuple, tuple[object, _Loop]] = {}
+
+
+def _loop(state: ArchState, insn: Insn, src_depth: int, src_name: str) -> _Loop:
+    """:func:`loop_indices` (same faults), cached by micro-op words and loop fields."""
+    cfg = state.cfg
+    bgn, end = insn["uop_bgn"], insn["uop_end"]
+    key = (id(cfg), src_depth, bgn, end, state.uop[bgn:end].tobytes(), insn["iter_out"],
+           insn["iter_in"], insn["dst_factor_out"], insn["dst_factor_in"],
+           insn["src_factor_out"], insn["src_factor_in"], insn.get("wgt_factor_out", -1),
+           insn.get("wgt_factor_in", -1))
+    hit = _LOOP_CACHE.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    dst, src, _ = loop_indices(state, insn, src_depth, src_name)
+    dst.setflags(write=False)  # shared by every later run of the loop
+    src.setflags(write=False)
+    n = dst.size
+    free_imm = n == 0 or _hazard_free_len(dst, None) == n
+    lp = _Loop(dst, src, _as_slice(dst), _as_slice(src), free_imm,
+               free_imm and (n == 0 or _hazard_free_len(dst, src) == n))
+    if len(_LOOP_CACHE) >= 256:
+        _LOOP_CACHE.clear()
+    _LOOP_CACHE[key] = (cfg, lp)  # holding cfg keeps id(cfg) from being reused
+    return lp
+
+
 def _wrap32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64).astype(np.int32)
 
@@ -201,7 +261,7 @@ def _products(state: ArchState, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
     return np.matmul(x, w.transpose(0, 2, 1), out=out)
 
 
-def _write(state: ArchState, rows: np.ndarray, values: np.ndarray) -> None:
+def _write(state: ArchState, rows: np.ndarray | slice, values: np.ndarray) -> None:
     state.acc[rows] = values
     state.out[rows] = values.astype(np.int8)  # low 8 bits: truncation, not saturation
 
@@ -245,11 +305,69 @@ def _gemm_sums(state: ArchState, dst: np.ndarray, src: np.ndarray, wgt: np.ndarr
     return rows, np.add.reduceat(prod, starts, axis=0).astype(np.int64)
 
 
-def _gemm_sums_by_loop(state: ArchState, insn: Insn) -> tuple[np.ndarray, np.ndarray] | None:
-    """The same sums as :func:`_gemm_sums`, using the loop structure: micro-ops with the same
-    ``dst`` field, at iterations with the same weight offset, form one matrix product
-    ``(iterations x k*block_in) @ (k*block_in x block_out)``. ``None`` if that would take many
+@dataclass(frozen=True)
+class _Product:
+    """One BLAS product of a cluster: iterations ``it`` (``None``: all of them), flat row
+    indices ``xidx`` (shape (n, batch, k)) into INP viewed as (depth*batch, block_in) and
+    ``aidx`` (shape (m, block_out, k)) into WGT viewed as (depth*block_out, block_in)."""
+
+    it: np.ndarray | None
+    n: int
+    xidx: np.ndarray
+    aidx: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Cluster:
+    """Micro-op groups (one per ``dst`` value, ``m`` of them) reading the same ``k`` source
+    rows; ``rows`` are their ACC rows in (group, iteration) order, a slice when contiguous."""
+
+    k: int
+    m: int
+    ft: type
+    products: tuple[_Product, ...]
+    rows: slice | np.ndarray
+
+
+@dataclass(frozen=True)
+class _GemmPlan:
+    """The decoded structure of one GEMM loop (see :func:`_gemm_plan`). ``touched`` is
+    ``None`` when no ACC row is written twice, else the distinct rows written."""
+
+    iterations: int
+    clusters: tuple[_Cluster, ...]
+    touched: np.ndarray | None
+
+
+_PLAN_CACHE: dict[tuple, tuple[object, _GemmPlan | None]] = {}
+_PLAN_CACHE_SIZE = 256
+
+
+def _gemm_plan(state: ArchState, insn: Insn) -> _GemmPlan | None:
+    """The plan of a non-reset GEMM, cached by micro-op words and loop fields (the same
+    kernel runs many times); ``None`` if some index is out of range or the loop would take many
     small products (the caller then uses the general path)."""
+    cfg = state.cfg
+    bgn, end = insn["uop_bgn"], insn["uop_end"]
+    if end > cfg.uop_depth or end <= bgn or not insn["iter_out"] or not insn["iter_in"]:
+        return None
+    key = (id(cfg), state.uop[bgn:end].tobytes(), insn["iter_out"], insn["iter_in"],
+           insn["dst_factor_out"], insn["dst_factor_in"], insn["src_factor_out"],
+           insn["src_factor_in"], insn["wgt_factor_out"], insn["wgt_factor_in"])
+    hit = _PLAN_CACHE.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    plan = _build_gemm_plan(state, insn) if _gemm_in_range(state, insn) else None
+    if len(_PLAN_CACHE) >= _PLAN_CACHE_SIZE:
+        _PLAN_CACHE.clear()
+    _PLAN_CACHE[key] = (cfg, plan)  # holding cfg keeps id(cfg) from being reused
+    return plan
+
+
+def _build_gemm_plan(state: ArchState, insn: Insn) -> _GemmPlan | None:
+    """Micro-ops with the same ``dst`` field, at iterations with the same weight offset, form
+    one matrix product ``(iterations x k*block_in) @ (k*block_in x block_out)``; groups that
+    read the same source rows share one product with their weights side by side."""
     cfg = state.cfg
     bgn, end = insn["uop_bgn"], insn["uop_end"]
     d, s, w = isa.decode_uops(state.uop[bgn:end], cfg)
@@ -262,42 +380,84 @@ def _gemm_sums_by_loop(state: ArchState, insn: Insn) -> tuple[np.ndarray, np.nda
     wvals, wgroup = np.unique(woff, return_inverse=True)
     if dvals.size * wvals.size > max(8, doff.size * d.size // 256):
         return None
-    # Micro-op groups (one per dst value) that read the same source rows share one gather of
-    # the inputs and one product with their weights side by side.
-    clusters: dict[bytes, list[tuple[int, np.ndarray]]] = {}
+    groups: dict[bytes, list[tuple[int, np.ndarray]]] = {}
     dflat = dgroup.ravel()
     for g, dv in enumerate(dvals.tolist()):
         u = np.flatnonzero(dflat == g)
-        clusters.setdefault(s[u].tobytes(), []).append((dv, u))
-    out_rows, out_sums = [], []
-    bi, bo, b = cfg.block_in, cfg.block_out, cfg.batch
-    for members in clusters.values():
+        groups.setdefault(s[u].tobytes(), []).append((dv, u))
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    clusters, all_rows = [], []
+    for members in groups.values():
         u0 = members[0][1]
-        k = u0.size
-        ft = np.float32 if k * bi <= 1024 else np.float64  # exact, as in _gemm_sums
-        sums = np.empty((doff.size, b, len(members), bo), ft)
+        k, m = u0.size, len(members)
+        uu = np.stack([u for _, u in members])  # (m, k)
+        products = []
         for h, wv in enumerate(wvals.tolist()):
-            it = np.flatnonzero(wgroup.ravel() == h) if wvals.size > 1 else slice(None)
-            x = state.inp[s[u0][None, :] + soff[it][:, None]].astype(ft)  # (n, k, batch, in)
-            n = x.shape[0]
-            x = x.transpose(0, 2, 1, 3).reshape(n * b, k * bi)
-            uu = np.stack([u for _, u in members])  # (m, k)
-            wt = state.wgt[w[uu] + wv].astype(ft)  # (m, k, out, in)
-            wt = wt.transpose(1, 3, 0, 2).reshape(k * bi, len(members) * bo)
-            sums[it] = (x @ wt).reshape(n, b, len(members), bo)
-        for m, (dv, _) in enumerate(members):
-            out_rows.append(dv + doff)
-            out_sums.append(sums[:, :, m])
-    rows = np.concatenate(out_rows)
-    total = np.concatenate(out_sums).astype(np.int64)
-    uniq, inverse = np.unique(rows, return_inverse=True)
-    if uniq.size == rows.size:
-        result = np.empty_like(total)
-        result[inverse] = total
-        return uniq, result
-    acc = np.zeros((uniq.size,) + total.shape[1:], np.int64)
-    np.add.at(acc, inverse, total)
-    return uniq, acc
+            it = np.flatnonzero(wgroup.ravel() == h) if wvals.size > 1 else None
+            srows = s[u0][None, :] + (soff if it is None else soff[it])[:, None]  # (n, k)
+            xidx = srows[:, None, :] * b + np.arange(b)[None, :, None]
+            aidx = (w[uu] + wv)[:, None, :] * bo + np.arange(bo)[None, :, None]
+            xflat, aflat = xidx.ravel().astype(np.intp), aidx.ravel().astype(np.intp)
+            xflat.setflags(write=False)
+            aflat.setflags(write=False)
+            products.append(_Product(it, srows.shape[0], xflat, aflat))
+        rows = (np.array([dv for dv, _ in members])[:, None] + doff[None, :]).ravel()
+        all_rows.append(rows)
+        r0 = int(rows[0])
+        contiguous = bool((rows == np.arange(r0, r0 + rows.size)).all())
+        ft = np.float32 if k * bi <= 1024 else np.float64  # exact, as in _gemm_sums
+        clusters.append(_Cluster(k, m, ft, tuple(products),
+                                 slice(r0, r0 + rows.size) if contiguous
+                                 else rows.astype(np.intp)))
+    every = np.concatenate(all_rows)
+    uniq = np.unique(every)
+    return _GemmPlan(doff.size, tuple(clusters),
+                     None if uniq.size == every.size else uniq.astype(np.intp))
+
+
+def _run_gemm_plan(state: ArchState, plan: _GemmPlan) -> None:
+    """``ACC[dst] += INP[src] @ WGT[wgt].T`` over the loop a plan describes. Every sum is
+    exact in its float type and converted to int32 once; int32 additions wrap."""
+    cfg = state.cfg
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    inp = state.inp.reshape(-1, bi)
+    wgt = state.wgt.reshape(-1, bi)
+    acc, out = state.acc, state.out
+    n_it = plan.iterations
+    for c in plan.clusters:
+        sums: np.ndarray
+        if len(c.products) == 1:
+            p = c.products[0]
+            x: np.ndarray = np.take(inp, p.xidx, axis=0).reshape(n_it * b, c.k * bi).astype(c.ft)
+            a: np.ndarray = np.take(wgt, p.aidx, axis=0).reshape(c.m * bo, c.k * bi).astype(c.ft)
+            sums = (x @ a.T).reshape(n_it, b, c.m, bo)
+        else:
+            sums = np.empty((n_it, b, c.m, bo), c.ft)
+            for p in c.products:
+                x = np.take(inp, p.xidx, axis=0).reshape(p.n * b, c.k * bi).astype(c.ft)
+                a = np.take(wgt, p.aidx, axis=0).reshape(c.m * bo, c.k * bi).astype(c.ft)
+                sums[p.it] = (x @ a.T).reshape(p.n, b, c.m, bo)
+        vals = sums.transpose(2, 0, 1, 3)  # (m, iterations, batch, block_out)
+        if c.ft is np.float32:  # |sum| <= 2^24: fits int32
+            v32 = vals.astype(np.int32)
+        else:
+            v32 = vals.astype(np.int64).astype(np.int32)  # wraps
+        v32 = v32.reshape(c.m * n_it, b, bo)
+        if plan.touched is not None:  # some row written twice: add in place, OUT at the end
+            if isinstance(c.rows, slice):
+                acc[c.rows] += v32  # a slice holds distinct rows
+            else:
+                np.add.at(acc, c.rows, v32)
+        elif isinstance(c.rows, slice):
+            dst = acc[c.rows]
+            dst += v32
+            out[c.rows] = dst.astype(np.int8)  # low 8 bits: truncation
+        else:
+            new = acc[c.rows] + v32
+            acc[c.rows] = new
+            out[c.rows] = new.astype(np.int8)
+    if plan.touched is not None:
+        out[plan.touched] = acc[plan.touched].astype(np.int8)
 
 
 def _gemm_in_range(state: ArchState, insn: Insn) -> bool:
@@ -319,17 +479,18 @@ def _gemm_in_range(state: ArchState, insn: Insn) -> bool:
 
 def gemm(state: ArchState, insn: Insn) -> None:
     """``ACC[dst] += INP[src] @ WGT[wgt].T`` (or ``= 0`` with reset) over the whole loop."""
-    if not insn["reset"] and _gemm_in_range(state, insn):
-        found = _gemm_sums_by_loop(state, insn)
-        if found is not None:
-            rows, sums = found
-            _write(state, rows, _wrap32(state.acc[rows].astype(np.int64) + sums))
+    if not insn["reset"]:
+        plan = _gemm_plan(state, insn)
+        if plan is not None:
+            _run_gemm_plan(state, plan)
             return
+    if insn["reset"]:
+        lp = _loop(state, insn, state.cfg.inp_depth, "INP")
+        state.acc[lp.dsel] = 0
+        state.out[lp.dsel] = 0
+        return
     dst, src, wgt = loop_indices(state, insn, state.cfg.inp_depth, "INP")
     if dst.size == 0:
-        return
-    if insn["reset"]:
-        _write(state, dst, np.zeros((dst.size,) + state.acc.shape[1:], np.int32))
         return
     rows, sums = _gemm_sums(state, dst, src, wgt)
     _write(state, rows, _wrap32(state.acc[rows].astype(np.int64) + sums))
@@ -352,6 +513,19 @@ def _alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
         left = np.where(left_by >= 32, 0, a << np.minimum(left_by, 31))
         r = np.where(b >= 0, right, left)
     return _wrap32(r)
+
+
+def _alu_op_int32(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    """:func:`_alu_op` on int32 ``a``, without the int64 round trip where the result is
+    exact in int32 (MIN, MAX, SHR right by an immediate)."""
+    if isinstance(b, int):
+        if op in (AluOp.MIN, AluOp.MAX) and -2**31 <= b < 2**31:
+            return (np.minimum if op == AluOp.MIN else np.maximum)(a, np.int32(b))
+        if op == AluOp.SHR and b >= 0:
+            return a >> np.int32(min(b, 31))
+    elif op in (AluOp.MIN, AluOp.MAX) and b.dtype == np.int32:
+        return (np.minimum if op == AluOp.MIN else np.maximum)(a, b)
+    return _alu_op(op, a, b)
 
 
 def _hazard_free_len(dst: np.ndarray, src: np.ndarray | None) -> int:
@@ -413,15 +587,21 @@ def alu(state: ArchState, insn: Insn) -> None:
     min, max, product, total shift); otherwise the loop is cut into the longest hazard-free
     chunks, each evaluated as one vector step.
     """
-    dst, src, _ = loop_indices(state, insn, state.cfg.acc_depth, "ACC")
+    lp = _loop(state, insn, state.cfg.acc_depth, "ACC")
+    dst, src = lp.dst, lp.src
     if dst.size == 0:
         return
     if insn["reset"]:
-        _write(state, dst, np.zeros((dst.size,) + state.acc.shape[1:], np.int32))
+        state.acc[lp.dsel] = 0
+        state.out[lp.dsel] = 0
         return
     op = AluOp(insn["alu_opcode"])
     use_imm = bool(insn["use_imm"])
     imm = insn["imm"]
+    if lp.free_imm if use_imm else lp.free_src:  # the whole loop is one vector step
+        _write(state, lp.dsel, _alu_op_int32(op, state.acc[lp.dsel],
+                                             imm if use_imm else state.acc[lp.ssel]))
+        return
     if _hazard_free_len(dst, None if use_imm else src) < dst.size \
             and (use_imm or not _reads_written_rows(dst, src)):
         # only destination rows repeat: every operand is known before the loop runs

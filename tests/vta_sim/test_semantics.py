@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vtakit.vta_hw import isa
-from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.config import HwConfig, preset
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
 from vtakit.vta_sim import ArchState
 from vtakit.vta_sim import semantics as sem
@@ -380,3 +380,81 @@ def test_random_gemm_loops(case, seed):
     sem.gemm(a, f)
     ref_gemm(b, f)
     same(a, b)
+
+
+# ---- GEMM fast path (cached loop plans) against the general path ---------------------------------
+
+def general_gemm(st, f):
+    """GEMM through :func:`sem._gemm_sums` (the general path), bypassing the cached plans."""
+    dst, src, wgt = sem.loop_indices(st, f, st.cfg.inp_depth, "INP")
+    rows, sums = sem._gemm_sums(st, dst, src, wgt)
+    sem._write(st, rows, sem._wrap32(st.acc[rows].astype(np.int64) + sums))
+
+
+def matmul_uops(m, k, t, dst_step):
+    # output tile oc sums k input tiles: dst = oc*dst_step, src = ci*t, wgt = oc*k + ci
+    return [[oc * dst_step, ci * t, oc * k + ci] for oc in range(m) for ci in range(k)]
+
+
+FAST_GEMM_CASES = {
+    # like the driver's matmul kernel: every group reads the same rows, rows contiguous
+    "contiguous": (matmul_uops(4, 4, 8, 8), dict(iter_out=8, dst_factor_out=1,
+                                                 src_factor_out=1)),
+    # rows interleaved: not one slice, still written once each
+    "strided": (matmul_uops(4, 4, 8, 1), dict(iter_out=8, dst_factor_out=4, src_factor_out=1)),
+    # weight offset changes with the outer iteration: one product per offset
+    "weight offsets": ([[d, c, c] for d in range(2) for c in range(3)],
+                       dict(iter_out=4, iter_in=3, dst_factor_out=2, dst_factor_in=8,
+                            src_factor_out=1, src_factor_in=5, wgt_factor_out=4)),
+    # inner iterations add into the same rows (conv-like reduction): rows written many times
+    "repeated rows": (matmul_uops(2, 3, 4, 4), dict(iter_out=4, iter_in=4, dst_factor_out=1,
+                                                    src_factor_out=1, src_factor_in=12,
+                                                    wgt_factor_in=6)),
+    # groups whose row ranges overlap: contiguous (reading different rows) or not (same rows)
+    "overlapping ranges": ([[0, 0, 0], [0, 1, 1], [3, 2, 2], [3, 3, 3]],
+                           dict(iter_out=10, dst_factor_out=1, src_factor_out=2)),
+    "overlapping groups": ([[0, 0, 0], [0, 1, 1], [3, 0, 2], [3, 1, 3]],
+                           dict(iter_out=10, dst_factor_out=1, src_factor_out=2)),
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("case", list(FAST_GEMM_CASES))
+def test_gemm_fast_path_matches_general_path(case, seed):
+    uops, loop = FAST_GEMM_CASES[case]
+    a = random_state(np.random.default_rng(seed))  # ACC over the whole int32 range: wraps
+    put_uops(a, uops)
+    f = fields("gemm", uop_bgn=0, uop_end=len(uops), **loop)
+    assert sem._gemm_plan(a, f) is not None  # the fast path is taken
+    b, c = a.copy(), a.copy()
+    sem.gemm(a, f)
+    sem.gemm(a, f)  # second run: the cached plan, on the state the first run left
+    general_gemm(b, f)
+    general_gemm(b, f)
+    same(a, b)
+    ref_gemm(c, f)
+    ref_gemm(c, f)
+    same(a, c)
+
+
+def test_gemm_fast_path_float64_reduction():
+    # 80 terms of block_in 16 per output: beyond float32's exact range, float64 is used
+    cfg = preset("default")
+    rng = np.random.default_rng(9)
+    a = ArchState.zeros(cfg)
+    a.inp[:] = -128  # largest products: every sum is 80 * 16 * 2^14 > 2^24
+    a.wgt[:80] = -128
+    a.wgt[80:] = rng.integers(-128, 128, a.wgt[80:].shape)
+    a.acc[:] = rng.integers(-2**31, 2**31, a.acc.shape)
+    uops = [[oc * 16, ci * 16, oc * 80 + ci] for oc in range(2) for ci in range(80)]
+    a.uop[:len(uops)] = isa.encode_uops(np.array(uops), cfg)
+    f = dict.fromkeys(isa.layouts(cfg).gemm.names, 0)
+    f.update(opcode=Opcode.GEMM, uop_bgn=0, uop_end=len(uops), iter_out=16, iter_in=1,
+             dst_factor_out=1, src_factor_out=1)
+    plan = sem._gemm_plan(a, f)
+    assert plan is not None and plan.clusters[0].ft is np.float64
+    b = a.copy()
+    sem.gemm(a, f)
+    general_gemm(b, f)
+    np.testing.assert_array_equal(a.acc, b.acc)
+    np.testing.assert_array_equal(a.out, b.out)
