@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from vtakit.driver.memory import Allocator
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
-__all__ = ["Device", "DeviceInfo", "RunResult"]
+__all__ = ["Device", "HostMemoryDevice", "DeviceInfo", "RunResult"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,51 @@ class Device(ABC):
                 f"device {info.name} reports configuration {info.config_hash}, ISA "
                 f"{'.'.join(map(str, info.hw_ver))}; the driver expects {self.cfg.hash}, "
                 f"{'.'.join(map(str, isa.HW_VER))} ({self.cfg.bitstream_name})")
+
+
+class HostMemoryDevice(Device):
+    """A device whose DRAM is a numpy array in this process (the simulators).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    dram_bytes : int
+        Size of the device memory.
+
+    Attributes
+    ----------
+    dram : np.ndarray
+        The device memory, uint8.
+    allocator : Allocator
+    """
+
+    def __init__(self, cfg: HwConfig, dram_bytes: int):
+        super().__init__(cfg)
+        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
+        self.allocator = Allocator(dram_bytes)
+
+    def allocate(self, nbytes: int, align: int) -> int:
+        return self.allocator.alloc(nbytes, align)
+
+    def free(self, addr: int) -> None:
+        self.allocator.free(addr)
+
+    def _check_range(self, what: str, addr: int, nbytes: int) -> None:
+        if addr < 0 or nbytes < 0 or addr + nbytes > self.dram.size:
+            raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} is outside device memory "
+                             f"[0, {self.dram.size:#x})")
+
+    def _written(self, start: int, end: int) -> None:
+        """Called after the host wrote ``[start, end)`` (a device that mirrors memory
+        elsewhere records it)."""
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._check_range("write", addr, buf.size)
+        self.dram[addr:addr + buf.size] = buf
+        self._written(addr, addr + buf.size)
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        self._check_range("read", addr, nbytes)
+        return self.dram[addr:addr + nbytes].copy()

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
-from vtakit.driver.device import Device, DeviceInfo, RunResult
-from vtakit.driver.memory import Allocator
+from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
@@ -30,7 +27,7 @@ class RtlStats(dict):
         return self["cycles"]
 
 
-class RtlDevice(Device):
+class RtlDevice(HostMemoryDevice):
     """Runs streams on the RTL of the core.
 
     Parameters
@@ -65,20 +62,17 @@ class RtlDevice(Device):
                  waves: str | os.PathLike | None = None, cycle_limit: int | None = None,
                  verilog: str | None = None):
         from vtakit.vta_hw.sim import build
-
-        super().__init__(cfg)
         from vtakit.vta_hw.sim.build import DRAM_CAPACITY
 
         if not 0 < dram_bytes <= DRAM_CAPACITY:
             raise ValueError(f"RtlDevice: dram_bytes={dram_bytes} must be in 1..{DRAM_CAPACITY}")
+        super().__init__(cfg, dram_bytes)
         # Verilator: one build (of the largest DRAM) serves every size; Icarus zero-fills its
         # DRAM array at start-up, so it gets exactly the size asked for
         self.build = build(self.cfg, verilog=verilog, simulator=simulator,
                            waves=None if waves is None else
                            "fst" if os.fspath(waves).endswith(".fst") else "vcd",
                            dram_bytes=DRAM_CAPACITY if simulator == "verilator" else dram_bytes)
-        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
-        self.allocator = Allocator(dram_bytes)
         self.waves = waves
         self.cycle_limit = cycle_limit
         self.last_stats: RtlStats | None = None
@@ -93,27 +87,8 @@ class RtlDevice(Device):
             self._sim = RtlSimulation(self.build, waves=self.waves, dram_bytes=self.dram.size)
         return self._sim
 
-    def allocate(self, nbytes: int, align: int) -> int:
-        return self.allocator.alloc(nbytes, align)
-
-    def free(self, addr: int) -> None:
-        self.allocator.free(addr)
-
-    def _check_range(self, what: str, addr: int, nbytes: int) -> None:
-        if addr < 0 or nbytes < 0 or addr + nbytes > self.dram.size:
-            raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} is outside device memory "
-                             f"[0, {self.dram.size:#x})")
-
-    def write(self, addr: int, data: bytes | np.ndarray) -> None:
-        buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
-            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        self._check_range("write", addr, buf.size)
-        self.dram[addr:addr + buf.size] = buf
-        self._dirty.append((addr, addr + buf.size))
-
-    def read(self, addr: int, nbytes: int) -> np.ndarray:
-        self._check_range("read", addr, nbytes)
-        return self.dram[addr:addr + nbytes].copy()
+    def _written(self, start: int, end: int) -> None:
+        self._dirty.append((start, end))
 
     def run(self, insn_addr: int, insn_count: int) -> None:
         if self._pending is not None:

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
-from vtakit.driver.device import Device, DeviceInfo, RunResult
-from vtakit.driver.memory import Allocator
+from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
 __all__ = ["SimDevice"]
 
 
-class SimDevice(Device):
+class SimDevice(HostMemoryDevice):
     """Runs streams on :class:`vtakit.vta_sim.Simulator`.
 
     Parameters
@@ -41,36 +38,13 @@ class SimDevice(Device):
                  cycle_limit: int | None = None, trace: str | os.PathLike | None = None):
         from vtakit.vta_sim import Simulator
 
-        super().__init__(cfg)
-        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
+        super().__init__(cfg, dram_bytes)
         self.sim = Simulator(self.cfg, self.dram)
-        self.allocator = Allocator(dram_bytes)
         self.timing = timing
         self.cycle_limit = cycle_limit
         self.trace = trace
         self.last_stats = None
         self._pending: tuple[int, int] | None = None
-
-    def allocate(self, nbytes: int, align: int) -> int:
-        return self.allocator.alloc(nbytes, align)
-
-    def free(self, addr: int) -> None:
-        self.allocator.free(addr)
-
-    def _check_range(self, what: str, addr: int, nbytes: int) -> None:
-        if addr < 0 or nbytes < 0 or addr + nbytes > self.dram.size:
-            raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} is outside device memory "
-                             f"[0, {self.dram.size:#x})")
-
-    def write(self, addr: int, data: bytes | np.ndarray) -> None:
-        buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
-            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        self._check_range("write", addr, buf.size)
-        self.dram[addr:addr + buf.size] = buf
-
-    def read(self, addr: int, nbytes: int) -> np.ndarray:
-        self._check_range("read", addr, nbytes)
-        return self.dram[addr:addr + nbytes].copy()
 
     def run(self, insn_addr: int, insn_count: int) -> None:
         if self._pending is not None:
