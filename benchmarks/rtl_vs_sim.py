@@ -1,9 +1,10 @@
 """RTL (Verilator) vs the Python simulator on the same streams: cycles and speed.
 
-    python benchmarks/rtl_vs_sim.py [--config default] [--gemm 256] [--quick]
+    python benchmarks/rtl_vs_sim.py [--config default] [--gemm 1024] [--quick]
 
-For a GEMM-bound stream (``--gemm``\\ ^3 int8 matmul) and one ResNet-18 conv layer (C11, 3x3,
-512 -> 512 channels on 7x7; ``--quick``: a 64-channel 14x14 layer) it prints the simulated
+For a GEMM-bound stream (``--gemm``\\ ^3 int8 matmul, 1024^3 as in sim_speed.py, about 20 s of
+Verilator) and one ResNet-18 conv layer (C11, 3x3, 512 -> 512 channels on 7x7; ``--quick``: a
+256^3 GEMM and a 64-channel 14x14 layer) it prints the simulated
 cycles of ``sim`` and ``rtl`` (they must be equal), the wall time of each (stream execution only;
 building the Verilator model is cached and reported separately), and the speed ratio.
 Results are checked against numpy on both devices.
@@ -46,9 +47,12 @@ def run(device, cfg, shape, rng_seed):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="default")
-    ap.add_argument("--gemm", type=int, default=256, help="GEMM size (m = k = n)")
-    ap.add_argument("--quick", action="store_true", help="a smaller conv layer")
+    ap.add_argument("--gemm", type=int, default=None, help="GEMM size (m = k = n; default 1024, "
+                    "256 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="a smaller GEMM and conv layer")
     args = ap.parse_args()
+    if args.gemm is None:
+        args.gemm = 256 if args.quick else 1024
     cfg = preset(args.config)
     t0 = time.perf_counter()
     rtl = RtlDevice(cfg, dram_bytes=32 << 20)
