@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,25 @@ class RtlBuild:
                 str(self.directory / "sim.vvp"), *plusargs]
 
 
+# Yosys (behind Amaranth's Verilog backend) gives every module with ``always @*`` processes a
+# ``reg \$auto$verilog_backend.cc:N:dump_module$K = 0;`` that each such process reads, meant
+# to wake them all at time 0. Under ``iverilog -g2012`` (needed for the bench) a declaration
+# initialiser follows SystemVerilog and runs before time 0 without an event, so a process
+# whose inputs never change after time 0 never runs and its outputs stay X: in the core,
+# ``compute.compute_tokens_ready`` stayed X, so ``finish_start`` was X and ``done`` never
+# rose. Verilator evaluates every process at start-up and is unaffected. ``always_comb``
+# would be the standard cure, but Icarus 11 widens its sensitivity to whole vectors (an
+# event storm on this core); an explicit change of the flag in time 0's inactive region
+# (after every process has started waiting) wakes each process exactly once.
+_YOSYS_T0 = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ )"
+                       r" = 0;$", re.M)
+
+
+def icarus_verilog(verilog: str) -> str:
+    """``verilog`` with yosys's time-0 wake-up flags raised by ``initial #0`` (Icarus)."""
+    return _YOSYS_T0.sub(r"\1reg \2 = 0;\n\1initial #0 \2 = 1;", verilog)
+
+
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
     proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
@@ -151,6 +171,8 @@ def build(cfg: HwConfig, *, verilog: str | None = None, dram_bytes: int = DRAM_C
     cfg = cfg.validate()
     if verilog is None:
         verilog = core_verilog(cfg)
+    if simulator == "icarus":
+        verilog = icarus_verilog(verilog)
     tb = testbench_verilog(cfg, core_port_widths(verilog), dram_bytes,
                            zero_init=simulator == "icarus")
     if waves not in (None, "fst", "vcd"):
