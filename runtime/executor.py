@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 _CT = {"p": ctypes.c_void_p, "l": ctypes.c_int64, "f": ctypes.c_float}
 Resolver = Callable[[int, str], int]
+# A split step is cut into this many parts per thread, taken by the threads as they come free,
+# so that a slow or busy core does not hold the others up.
+CHUNKS_PER_THREAD = 4
 
 
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
@@ -92,8 +95,8 @@ class GraphExecutor:
         fns: dict[tuple[int, str, str], Any] = {}
         self._steps: list[tuple[str, str, list[Callable[[], None]]]] = []
         for s in p.steps:
-            parts = split_range(s.extent, self.threads if s.parallel else 1) if s.extent \
-                else [(0, 0)]
+            parts = split_range(s.extent, _parts(s.extent, self.threads) if s.parallel
+                                else 1) if s.extent else [(0, 0)]
             tasks = []
             for lo, hi in parts:
                 calls = []
@@ -157,7 +160,7 @@ class GraphExecutor:
             if len(tasks) == 1:
                 tasks[0]()
             else:
-                run_parallel(tasks)
+                run_parallel(tasks, self.threads)
 
     def get_output(self, index_or_name: int | str) -> np.ndarray:
         """A copy of an output of the last `run`."""
@@ -172,9 +175,17 @@ class GraphExecutor:
                 if len(tasks) == 1:
                     tasks[0]()
                 else:
-                    run_parallel(tasks)
+                    run_parallel(tasks, self.threads)
                 totals[k] += time.perf_counter() - t0
         return [(name, op, 1e3 * t / repeat) for (name, op, _), t in zip(self._steps, totals)]
+
+
+def _parts(extent: int, threads: int) -> int:
+    """How many parts a split step of `extent` is cut into: `CHUNKS_PER_THREAD` per thread
+    when each part still gets several units, else one per thread."""
+    if threads <= 1:
+        return 1
+    return threads * CHUNKS_PER_THREAD if extent >= 4 * threads * CHUNKS_PER_THREAD else threads
 
 
 def _bind(calls: list[tuple[Any, tuple]]) -> Callable[[], None]:

@@ -45,7 +45,9 @@ from .codegen_scalar import Unsupported
 ALIGN = 64
 MACRO_SIG = "pppp" + "l" * 8 + "ff"  # gemm.gemm_packed
 PARALLEL_MIN_ELEMENTS = 1 << 17  # below this an elementwise step runs on one thread
-PARALLEL_MIN_MACS = 1 << 22  # a split costs ~20 us of thread hand-off (Python): ~4M MACs
+# A split costs ~10-30 us of hand-off to a spinning worker (~1M MACs), but on a busy machine a
+# helper may be descheduled mid-part and hold the step up: split only steps of ~4M MACs or more.
+PARALLEL_MIN_MACS = 1 << 22
 
 # Argument of a call: ("b", buffer, byte offset) | ("i", int) | ("f", float) | ("lo",) | ("hi",)
 Arg = tuple
@@ -864,25 +866,30 @@ class _Lowerer:
             pas = [self.const(pa.data, "packed_w") for pa in packed]
             bbs = [self.const(np.ascontiguousarray(pbias[i]), "bias") for i in
                    range(conv.groups)]
+            big = cg * npix * kdim >= PARALLEL_MIN_MACS and self.threads > 1
+            # Few pixel panels (the late, small feature maps): split the GEMM over its output
+            # channels instead, after an im2col split over the panels.
+            msplit = big and panels < 4 * self.threads and packed[0].panels > panels
             for i in range(nb):
                 for grp in range(conv.groups):
                     xa = ("b", xb, xoff + 4 * (i * conv.cin + grp * g.c) * h * wd)
                     ya = doff + 4 * (i * conv.cout + grp * cg) * npix
-                    calls = [Call(ik, "im2col_pack", "ppll", (xa, ("b", col, 0), ("lo",),
-                                                               ("hi",)))]
+                    im2col = Call(ik, "im2col_pack", "ppll", (xa, ("b", col, 0), ("lo",),
+                                                              ("hi",)))
                     pa = packed[grp]
+                    mr_ = (("lo",), ("hi",), ("i", 0), ("i", panels)) if msplit else \
+                        (("i", 0), ("i", pa.panels), ("lo",), ("hi",))
                     if ybuf is None:
-                        calls.append(Call(gk, "gemm_packed", MACRO_SIG, (
+                        gemm = Call(gk, "gemm_packed", MACRO_SIG, (
                             ("b", pas[grp], 0), ("b", col, 0), ("b", dbuf, ya),
                             ("b", bbs[grp], 0), ("i", cg), ("i", npix), ("i", kdim),
-                            ("i", npix), ("i", 0), ("i", pa.panels), ("lo",), ("hi",),
-                            ("f", lo), ("f", hi))))
+                            ("i", npix), *mr_, ("f", lo), ("f", hi)))
+                        copy = None
                     else:
-                        calls.append(Call(gk, "gemm_packed", MACRO_SIG, (
+                        gemm = Call(gk, "gemm_packed", MACRO_SIG, (
                             ("b", pas[grp], 0), ("b", col, 0), ("b", ybuf, 0),
                             ("b", bbs[grp], 0), ("i", mpad), ("i", npad), ("i", kdim),
-                            ("i", npad), ("i", 0), ("i", pa.panels), ("lo",), ("hi",),
-                            ("f", lo), ("f", hi))))
+                            ("i", npad), *mr_, ("f", lo), ("f", hi)))
                         # the epilogue the GEMM did not fuse runs in the copy-out
                         prog = fused if conv.groups == 1 else ()
                         pk = L.panel_copy(cg, npad, npix, cfg.nr, prog)
@@ -890,11 +897,21 @@ class _Lowerer:
                         if res:
                             r = res[0]
                             res = [("b", r[1], r[2] + 4 * i * conv.cout * npix)]
-                        calls.append(Call(self.kernel(pk.key, pk.build), pk.fname, pk.sig, (
-                            ("b", dbuf, ya), ("b", ybuf, 0), *res, ("lo",), ("hi",))))
-                    self.steps.append(Step(name, "conv", calls, panels,
-                                           cg * npix * kdim >= PARALLEL_MIN_MACS
-                                           and panels > 1 and self.threads > 1))
+                        copy = Call(self.kernel(pk.key, pk.build), pk.fname, pk.sig, (
+                            ("b", dbuf, ya), ("b", ybuf, 0), *res, ("lo",), ("hi",)))
+                    if msplit:
+                        self.steps.append(Step(name + ":im2col", "im2col", [im2col], panels,
+                                               kdim * npix >= PARALLEL_MIN_ELEMENTS
+                                               and panels > 1))
+                        self.steps.append(Step(name, "conv", [gemm], pa.panels, True))
+                        if copy is not None:
+                            self.steps.append(Step(name + ":copy", "copy", [copy], panels,
+                                                   cg * npix >= PARALLEL_MIN_ELEMENTS
+                                                   and panels > 1))
+                    else:
+                        calls = [im2col, gemm] + ([copy] if copy is not None else [])
+                        self.steps.append(Step(name, "conv", calls, panels,
+                                               big and panels > 1))
         if post and not fused:
             self.epilogue_step(n, ep, residual, name)
 
