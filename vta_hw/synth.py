@@ -21,7 +21,11 @@ from vtakit.vta_hw.config import HwConfig
 __all__ = ["verilog", "report", "has_yowasp", "TARGETS", "PARTS", "NEEDS_YOWASP"]
 
 TARGETS = ("generic", "ecp5", "ice40")
-_SCRIPT = {"generic": "synth -top vta_core -flatten",
+# generic: word-level synthesis (multipliers stay $mul, SRAMs stay memories). A full `synth`
+# maps the default core's 512 KiB of SRAM to flip-flops and runs the WASM yosys out of memory.
+_SCRIPT = {"generic": "hierarchy -top vta_core\nproc\nflatten\nopt_expr\nopt_clean\n"
+                      "opt -nodffe -nosdff\nfsm\nopt\nwreduce\npeepopt\nopt_clean\n"
+                      "memory -nomap\nopt_clean",
            "ecp5": "synth_ecp5 -top vta_core",
            "ice40": "synth_ice40 -top vta_core -dsp"}
 _DSP = ("$mul", "MULT18X18D", "SB_MAC16", "ALU54B")

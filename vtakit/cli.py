@@ -145,6 +145,9 @@ def hw_report(config: HwConfig, target: str, timeout: float) -> None:
     click.echo(f"multipliers/DSP {r['multipliers']}")
     click.echo(f"block RAM bits  {r['bram_bits']}  (memory bits in the netlist: "
                f"{r['memory_bits']})")
+    sram = (config.uop_buff_bytes + config.inp_buff_bytes + config.wgt_buff_bytes
+            + config.acc_buff_bytes + config.out_buff_bytes)
+    click.echo(f"on-chip buffers {sram * 8} bits ({sram // 1024} KiB, from the configuration)")
     for name, n in sorted(r["by_type"].items(), key=lambda kv: -kv[1]):
         click.echo(f"  {name:<24} {n}")
 
