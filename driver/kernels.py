@@ -182,16 +182,19 @@ def conv2d(sess: Session, x: DeviceArray, wt: DeviceArray, y: DeviceArray, s: Co
             ih0 = oh0 * s.stride - s.pad
             top, bottom = max(0, -ih0), max(0, ih0 + in_rows - s.h)
             rows = in_rows - top - bottom
-            for ci in range(t.tib):
-                plane = (n0 * ib + i0 + ci) * s.h * s.w
-                first = plane + max(ih0, 0) * s.w
-                if s.pad == 0:  # whole rows, no padding: one contiguous run of elements
-                    sess.load_2d(x, first, x_size=rows * s.w, y_size=1, x_stride=rows * s.w,
-                                 sram_base=inp_base + ci * in_rows * wp, memory_type=M.INP)
-                else:
-                    sess.load_2d(x, first, x_size=s.w, y_size=rows, x_stride=s.w,
-                                 x_pad_0=s.pad, x_pad_1=s.pad, y_pad_0=top, y_pad_1=bottom,
-                                 sram_base=inp_base + ci * in_rows * wp, memory_type=M.INP)
+            plane = (n0 * ib + i0) * s.h * s.w
+            first = plane + max(ih0, 0) * s.w
+            if s.pad == 0:
+                # whole rows, no padding: the tib channel blocks are tib runs of rows * w
+                # elements, h * w apart in DRAM and back to back in SRAM: one 2-D load
+                sess.load_2d(x, first, x_size=rows * s.w, y_size=t.tib, x_stride=s.h * s.w,
+                             sram_base=inp_base, memory_type=M.INP)
+            else:
+                for ci in range(t.tib):
+                    sess.load_2d(x, first + ci * s.h * s.w, x_size=s.w, y_size=rows,
+                                 x_stride=s.w, x_pad_0=s.pad, x_pad_1=s.pad, y_pad_0=top,
+                                 y_pad_1=bottom, sram_base=inp_base + ci * in_rows * wp,
+                                 memory_type=M.INP)
             sess.load_2d(wt, (o0 * ib + i0) * taps, x_size=t.tib * taps, y_size=t.tob,
                          x_stride=ib * taps, sram_base=wgt_base, memory_type=M.WGT)
             sess.dep_push(Stage.LOAD, Stage.COMPUTE)
