@@ -28,13 +28,16 @@ class ReferenceRep(BackendRep):
         init = {i.name for i in model.graph.initializer}
         self.input_names = [vi.name for vi in model.graph.input if vi.name not in init]
 
-    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def feeds(self, inputs: Any) -> dict[str, np.ndarray]:
+        """The inputs of :meth:`run` (a dict, a list in input order, or one array) by name."""
         if isinstance(inputs, dict):
-            feeds = {k: np.asarray(v) for k, v in inputs.items()}
-        else:
-            if isinstance(inputs, np.ndarray):
-                inputs = [inputs]
-            feeds = {n: np.asarray(v) for n, v in zip(self.input_names, inputs, strict=False)}
+            return {k: np.asarray(v) for k, v in inputs.items()}
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        return {n: np.asarray(v) for n, v in zip(self.input_names, inputs, strict=False)}
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        feeds = self.feeds(inputs)
         graph = self.graph or _specialise(self.model, feeds)
         names = set(graph.input_names)
         out = run(graph, {k: v for k, v in feeds.items() if k in names})

@@ -29,19 +29,11 @@ class CpuRep(ReferenceRep):
     reference backend does)."""
 
     def __init__(self, model: onnx.ModelProto, graph: Graph | None) -> None:
-        self.model = model
-        self.graph = graph
+        super().__init__(model, graph)
         self.executor = _executor(graph) if graph is not None else None
-        init = {i.name for i in model.graph.initializer}
-        self.input_names = [vi.name for vi in model.graph.input if vi.name not in init]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
-        if isinstance(inputs, dict):
-            feeds = {k: np.asarray(v) for k, v in inputs.items()}
-        else:
-            if isinstance(inputs, np.ndarray):
-                inputs = [inputs]
-            feeds = {n: np.asarray(v) for n, v in zip(self.input_names, inputs, strict=False)}
+        feeds = self.feeds(inputs)
         ex = self.executor
         if ex is None:
             from ...onnx_backend import _specialise
