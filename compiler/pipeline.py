@@ -6,9 +6,9 @@ memory planner (`passes.plan_memory`) is an analysis the lowering runs afterward
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
+from .debug import debug_level
 from .ir.graph import Graph
 from .ir.verify import verify
 from .passes import (
@@ -27,15 +27,6 @@ PASSES: tuple[Callable[[Graph], Graph], ...] = (
     fuse_elementwise,     # what remains elementwise, one loop per chain
     eliminate_dead_code,
 )
-
-
-def debug_level() -> int:
-    """VTAKIT_DEBUG as an int (0 when unset), read at call time."""
-    raw = os.environ.get("VTAKIT_DEBUG", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"VTAKIT_DEBUG={raw!r} is not an integer (expected 0..4)") from None
 
 
 def optimize(g: Graph, *, debug: int | None = None) -> Graph:

@@ -188,14 +188,6 @@ def _depthwise_module(g: ConvGeom, act: G.Act) -> ir.Module:
     return m
 
 
-def _pair(v: int | tuple[int, int], name: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        return v, v
-    if isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(i, int) for i in v):
-        return int(v[0]), int(v[1])
-    raise TypeError(f"Conv2d: {name} must be an int or a pair of ints, got {v!r}")
-
-
 class Conv2d:
     """A float32 NCHW convolution with constant weights, prepared (packed, compiled) once.
 
@@ -222,8 +214,9 @@ class Conv2d:
             G.check_array(bias, "Conv2d: bias", 1)
             if bias.shape != (cout,):
                 raise ValueError(f"Conv2d: bias has shape {bias.shape}, expected ({cout},)")
-        self.stride, self.padding = _pair(stride, "stride"), _pair(padding, "padding")
-        self.dilation = _pair(dilation, "dilation")
+        self.stride = U.pair(stride, "Conv2d", "stride")
+        self.padding = U.pair(padding, "Conv2d", "padding")
+        self.dilation = U.pair(dilation, "Conv2d", "dilation")
         if min(self.stride) < 1 or min(self.dilation) < 1 or min(self.padding) < 0:
             raise ValueError(f"Conv2d: stride={self.stride} and dilation={self.dilation} must be "
                              f">= 1 and padding={self.padding} >= 0")

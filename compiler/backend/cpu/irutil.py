@@ -140,3 +140,12 @@ def imin(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
 
 def imax(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed(">", a, x), a, x)
+
+
+def pair(v: int | tuple[int, int], who: str, name: str) -> tuple[int, int]:
+    """``(v, v)`` for an int, the two ints of a pair; ``TypeError`` naming ``who`` otherwise."""
+    if isinstance(v, int):
+        return v, v
+    if isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(i, int) for i in v):
+        return int(v[0]), int(v[1])
+    raise TypeError(f"{who}: {name} must be an int or a pair of ints, got {v!r}")

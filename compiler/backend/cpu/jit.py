@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import sys
 import threading
 from collections.abc import Callable, Hashable
@@ -28,19 +27,12 @@ from typing import Any
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from ...debug import debug_level
+
 AARCH64_TRIPLE = "aarch64-unknown-linux-gnu"
 OPT_LEVEL = 3
 
 _lock = threading.RLock()
-
-
-def debug_level() -> int:
-    """The ``VTAKIT_DEBUG`` level, read now (not at import)."""
-    raw = os.environ.get("VTAKIT_DEBUG", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"VTAKIT_DEBUG={raw!r} is not an integer (expected 0..4)") from None
 
 
 @functools.cache

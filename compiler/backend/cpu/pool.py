@@ -92,14 +92,6 @@ def _gap_module() -> ir.Module:
     return m
 
 
-def _pair(v: int | tuple[int, int], name: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        return v, v
-    if isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(i, int) for i in v):
-        return int(v[0]), int(v[1])
-    raise TypeError(f"pool2d: {name} must be an int or a pair of ints, got {v!r}")
-
-
 def pool2d(kind: PoolKind, x: np.ndarray, kernel: int | tuple[int, int],
            stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
            count_include_pad: bool = False, threads: int = 1) -> np.ndarray:
@@ -108,9 +100,9 @@ def pool2d(kind: PoolKind, x: np.ndarray, kernel: int | tuple[int, int],
     if kind not in ("max", "avg"):
         raise ValueError(f"pool2d: kind={kind!r} not supported (expected 'max' or 'avg')")
     G.check_array(x, f"{kind}_pool2d: x", 4)
-    kh, kw = _pair(kernel, "kernel")
-    sh, sw = _pair(stride if stride is not None else kernel, "stride")
-    ph, pw = _pair(padding, "padding")
+    kh, kw = U.pair(kernel, "pool2d", "kernel")
+    sh, sw = U.pair(stride if stride is not None else kernel, "pool2d", "stride")
+    ph, pw = U.pair(padding, "pool2d", "padding")
     if min(kh, kw, sh, sw) < 1 or min(ph, pw) < 0 or ph >= kh or pw >= kw:
         raise ValueError(f"{kind}_pool2d: kernel={(kh, kw)}, stride={(sh, sw)} must be >= 1 and "
                          f"0 <= padding={(ph, pw)} < kernel")
