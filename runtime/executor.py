@@ -1,8 +1,9 @@
 """`GraphExecutor`: runs a `CpuProgram` by calling its compiled functions in order.
 
 All buffers are allocated once (inputs, outputs, the arena, the parameters) so every call's
-arguments are fixed when the executor is built; `run` only calls the functions, from several
-threads where a step is split (ctypes releases the GIL during each call).
+arguments are fixed when the executor is built. `run` makes one call into a function compiled for
+this executor (`compiler.backend.cpu.graphfn`) that runs every step with those arguments baked in,
+on all threads at once; `profile` calls each step's kernels through ctypes, one step at a time.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vtakit.compiler.backend.cpu import graphfn
 from vtakit.compiler.backend.cpu.lower import CpuProgram
-from vtakit.compiler.backend.cpu.parallel import run_parallel, split_range
+from vtakit.compiler.backend.cpu.parallel import run_native, run_parallel, split_range
 
 if TYPE_CHECKING:
     from .artifact import Artifact
@@ -93,34 +95,48 @@ class GraphExecutor:
             else:
                 base.append(self._params[b.name].ctypes.data)
         fns: dict[tuple[int, str, str], Any] = {}
+        addrs: dict[tuple[int, str], int] = {}
         self._steps: list[tuple[str, str, list[Callable[[], None]]]] = []
+        native: list[graphfn.NativeStep] = []
         for s in p.steps:
             parts = split_range(s.extent, _parts(s.extent, self.threads) if s.parallel
                                 else 1) if s.extent else [(0, 0)]
+            ncalls = []
+            for c in s.calls:
+                addr = addrs.get((c.kernel, c.fname))
+                if addr is None:
+                    addr = addrs[c.kernel, c.fname] = resolve(c.kernel, c.fname)
+                nargs: list[graphfn.NativeArg] = []
+                for a in c.args:
+                    if a[0] == "b":
+                        nargs.append(("p", base[a[1]] + a[2]))
+                    elif a[0] in ("i", "f", "lo", "hi"):
+                        nargs.append(tuple(a))
+                    else:
+                        raise ValueError(f"step {s.name!r}: unknown argument kind {a!r}")
+                ncalls.append(graphfn.NativeCall(addr, c.sig, tuple(nargs)))
+            native.append(graphfn.NativeStep(tuple(ncalls), s.extent, len(parts)))
             tasks = []
             for lo, hi in parts:
                 calls = []
-                for c in s.calls:
+                for c, nc in zip(s.calls, ncalls):
                     key = (c.kernel, c.fname, c.sig)
                     fn = fns.get(key)
                     if fn is None:
                         fn = fns[key] = ctypes.CFUNCTYPE(None, *[_CT[ch] for ch in c.sig])(
-                            resolve(c.kernel, c.fname))
-                    args = []
-                    for a in c.args:
-                        if a[0] == "b":
-                            args.append(base[a[1]] + a[2])
-                        elif a[0] in ("i", "f"):
-                            args.append(a[1])
-                        elif a[0] == "lo":
-                            args.append(lo)
-                        elif a[0] == "hi":
-                            args.append(hi)
-                        else:
-                            raise ValueError(f"step {s.name!r}: unknown argument kind {a!r}")
+                            nc.address)
+                    args = [lo if a[0] == "lo" else hi if a[0] == "hi" else a[1]
+                            for a in nc.args]
                     calls.append((fn, tuple(args)))
                 tasks.append(_bind(calls))
             self._steps.append((s.name, s.op, tasks))
+        from vtakit.compiler.backend.cpu.jit import JitModule
+
+        self._graph = JitModule(graphfn.build_graph_module(native)).compile()
+        self._graph_addr = self._graph.address("graph")
+        self._graph_call = self._graph.cfunc("graph", None, ctypes.c_int64)
+        self._state = _aligned(8 * graphfn.state_words(native)).view(np.int64)
+        self._state_addr = self._state.ctypes.data
 
     def _index(self, names: list[str], key: int | str, what: str) -> int:
         if isinstance(key, str):
@@ -155,12 +171,9 @@ class GraphExecutor:
         np.copyto(dst, array)
 
     def run(self) -> None:
-        """Run every step once, in order."""
-        for _, _, tasks in self._steps:
-            if len(tasks) == 1:
-                tasks[0]()
-            else:
-                run_parallel(tasks, self.threads)
+        """Run every step once, in order, on `threads` threads."""
+        self._state.fill(0)
+        run_native(self._graph_addr, self._state_addr, self.threads, self._graph_call)
 
     def get_output(self, index_or_name: int | str) -> np.ndarray:
         """A copy of an output of the last `run`."""

@@ -61,12 +61,17 @@ DEFAULT = GemmConfig()
 _BLOCKINGS = ((6, 64, 1.0), (8, 48, 0.95), (12, 32, 0.88))
 
 
-def choose_config(n: int) -> GemmConfig:
-    """The register blocking for ``n`` GEMM columns with the least padded work per speed."""
+def choose_config(n: int, m: int | None = None) -> GemmConfig:
+    """The register blocking for ``n`` GEMM columns (and `m` rows, when known) with the least
+    padded work per speed. A few rows (a fully connected layer at batch 1) get ``mr = m``: such a
+    GEMM streams its weights once, and padding its rows to a larger ``mr`` only multiplies the
+    arithmetic."""
     def cost(blk: tuple[int, int, float]) -> float:
         return -(-n // blk[1]) * blk[1] / blk[2]
 
     mr, nr, _ = min(_BLOCKINGS, key=cost)
+    if m is not None and 0 < m < min(b[0] for b in _BLOCKINGS):
+        mr, nr = m, 64
     return GemmConfig(mr=mr, nr=nr, mc=mr * (144 // mr), nc=nr * (3072 // nr))
 
 

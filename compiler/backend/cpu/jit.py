@@ -39,6 +39,7 @@ _lock = threading.RLock()
 def _init_native() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()  # inline asm (the thread pool's "pause")
 
 
 @functools.cache

@@ -44,10 +44,12 @@ from .codegen_scalar import Unsupported
 
 ALIGN = 64
 MACRO_SIG = "pppp" + "l" * 8 + "ff"  # gemm.gemm_packed
-PARALLEL_MIN_ELEMENTS = 1 << 17  # below this an elementwise step runs on one thread
-# A split costs ~10-30 us of hand-off to a spinning worker (~1M MACs), but on a busy machine a
-# helper may be descheduled mid-part and hold the step up: split only steps of ~4M MACs or more.
-PARALLEL_MIN_MACS = 1 << 22
+# The executor runs the whole graph in one compiled function on every thread (graphfn), so a
+# split step costs a barrier of a few microseconds; a step is split when it is a few tens of
+# microseconds of work. The parts are claimed dynamically, so a helper descheduled mid-step
+# holds it up by one part at most.
+PARALLEL_MIN_ELEMENTS = 1 << 15  # below this an elementwise step runs on one thread
+PARALLEL_MIN_MACS = 1 << 19
 
 # Argument of a call: ("b", buffer, byte offset) | ("i", int) | ("f", float) | ("lo",) | ("hi",)
 Arg = tuple
@@ -730,7 +732,7 @@ class _Lowerer:
         post = residual is not None or fast is None
         act, lo, hi = _as_clip(("none", 0.0, 0.0) if post or fast is None else fast)
         kdim, nn = w.shape
-        cfg = G.choose_config(nn)
+        cfg = G.choose_config(nn, m)
         pb = G.pack_b(np.ascontiguousarray(w, np.float32), cfg)
         wb = self.const(pb.data, "packed_b")
         mode: G.BiasMode = "col" if bias is not None else "none"

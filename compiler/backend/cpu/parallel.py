@@ -1,16 +1,21 @@
-"""A tiny thread pool for compiled kernels called through ctypes (which releases the GIL).
+"""A tiny thread pool for compiled code called through ctypes (which releases the GIL).
 
-The pool's worker threads are started once and kept. A split step hands its job to at most
-``threads - 1`` of them, and the calling thread works too; the tasks are taken dynamically (the
-next unclaimed one, by any thread), so a step split into more parts than threads balances itself
-when a core is slower or busy with another process.
+The pool's worker threads are started once and kept. A run hands its job to at most
+``threads - 1`` of them, and the calling thread works too. Two kinds of job:
+
+* `run_native`: a compiled function that every thread enters at once and that divides the work
+  itself (the executor's whole-graph function, `graphfn`). The workers poll for it in compiled
+  code and run it without touching the GIL, so a run costs one hand-off, not one per step.
+* `run_parallel`: a list of Python callables (each typically one ctypes call), taken
+  dynamically (the next unclaimed one, by any thread), so a job split into more parts than
+  threads balances itself when a core is slower or busy with another process.
 
 Waking a sleeping thread costs tens of microseconds, and on a busy machine up to a scheduler
-tick, which is longer than many steps. So after a job a worker spins for `SPIN_US` (in a small
-compiled function that releases the GIL) on a word the caller bumps to hand it the next one, and
-only then sleeps on its queue; the caller likewise spins briefly before blocking until the
-helpers are done. The spins are short and yield the core every few polls, so that on a machine
-with fewer free cores than threads they do not starve the thread they wait for.
+tick, which is longer than many steps. So after a job a worker polls its control block for
+`SPIN_US` (in compiled code, GIL released) before it sleeps on its queue; the caller likewise
+spins briefly before blocking until the helpers are done. The polls use ``pause`` and yield the
+core every 64 rounds, so that on a machine with fewer free cores than threads they do not starve
+the thread they wait for.
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ import time
 from collections.abc import Callable, Sequence
 from queue import SimpleQueue
 
+import llvmlite.ir as ir
 import numpy as np
+
+from .irutil import i64 as i64c
 
 MAX_WORKERS = 15  # helper threads; a run uses at most `threads - 1` of them
 SPIN_US = 100.0  # how long an idle worker waits for the next job before sleeping
@@ -34,73 +42,154 @@ WAIT_SPIN_US = 100.0  # how long the caller spins for its helpers before blockin
 _local = threading.local()
 
 
-@functools.cache
-def _spin_fn() -> tuple[Callable[[int, int, int, int], int], float]:
-    """``spin(inc, p, old, iters)``: add 1 to the int64 at `inc` (unless 0), then return the
-    int64 at `p` once it differs from `old`, or `old` after `iters` polls; and the polls per
-    microsecond on this machine. Signalling here, with the GIL released, lets the thread woken
-    take the GIL without waiting for this one to drop it."""
-    import llvmlite.binding as llvm
-    import llvmlite.ir as ir
+def relax(b: ir.IRBuilder, i: ir.Value) -> None:
+    """The body of a polling loop at poll `i`: a ``pause`` hint, and every 64 polls give the core
+    to any other runnable thread (on a machine with fewer free cores than threads, a spinning
+    thread must not hold up the one it waits for)."""
+    mod = b.module
+    if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
+        b.asm(ir.FunctionType(ir.VoidType(), []), "pause", "", [], side_effect=True)
+    fn = b.function
+    yield_bb, next_bb = fn.append_basic_block("yield"), fn.append_basic_block("relaxed")
+    b.cbranch(b.icmp_unsigned("==", b.and_(i, i64c(63)), i64c(63)), yield_bb, next_bb)
+    b.position_at_end(yield_bb)
+    sched_yield = mod.globals.get("sched_yield") or ir.Function(
+        mod, ir.FunctionType(ir.IntType(32), []), name="sched_yield")
+    b.call(sched_yield, [])
+    b.branch(next_bb)
+    b.position_at_end(next_bb)
 
-    from .jit import JitModule
 
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()  # for the inline "pause"
-
+def _pool_module() -> ir.Module:
+    """The pool's polling loops (see the functions' docstrings in `_Native`)."""
     i64 = ir.IntType(64)
-    mod = ir.Module(name="vtakit_spin")
-    fn = ir.Function(mod, ir.FunctionType(i64, [i64.as_pointer(), i64.as_pointer(), i64, i64]),
-                     name="spin")
+    p64 = i64.as_pointer()
+    mod = ir.Module(name="vtakit_pool")
+
+    # spin(inc, p, old, iters) -> *p
+    fn = ir.Function(mod, ir.FunctionType(i64, [p64, p64, i64, i64]), name="spin")
     inc, p, old, iters = fn.args
-    entry, signal, start, loop, body, out = (fn.append_basic_block(n) for n in (
-        "entry", "signal", "start", "loop", "body", "out"))
+    entry, signal, loop, body, out = (fn.append_basic_block(n) for n in (
+        "entry", "signal", "loop", "body", "out"))
     b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_unsigned("!=", b.ptrtoint(inc, i64), ir.Constant(i64, 0)), signal, start)
+    b.cbranch(b.icmp_unsigned("!=", b.ptrtoint(inc, i64), i64c(0)), signal, loop)
     b.position_at_end(signal)
-    b.atomic_rmw("add", inc, ir.Constant(i64, 1), "seq_cst")
-    b.branch(start)
-    b.position_at_end(start)
+    b.atomic_rmw("add", inc, i64c(1), "seq_cst")
     b.branch(loop)
     b.position_at_end(loop)
     i = b.phi(i64)
-    i.add_incoming(ir.Constant(i64, 0), start)
+    i.add_incoming(i64c(0), entry)
+    i.add_incoming(i64c(0), signal)
     v = b.load_atomic(p, "acquire", 8)
-    done = b.or_(b.icmp_signed("!=", v, old), b.icmp_signed(">=", i, iters))
-    b.cbranch(done, out, body)
+    b.cbranch(b.or_(b.icmp_signed("!=", v, old), b.icmp_signed(">=", i, iters)), out, body)
     b.position_at_end(body)
-    if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
-        b.asm(ir.FunctionType(ir.VoidType(), []), "pause", "", [], side_effect=True)
-    # every 64 polls give the core to any other runnable thread: on a machine with fewer free
-    # cores than threads, a spinning thread must not hold up the one it waits for
-    yield_bb, next_bb = fn.append_basic_block("yield"), fn.append_basic_block("next")
-    b.cbranch(b.icmp_unsigned("==", b.and_(i, ir.Constant(i64, 63)), ir.Constant(i64, 63)),
-              yield_bb, next_bb)
-    b.position_at_end(yield_bb)
-    b.call(ir.Function(mod, ir.FunctionType(ir.IntType(32), []), name="sched_yield"), [])
-    b.branch(next_bb)
-    b.position_at_end(next_bb)
-    i.add_incoming(b.add(i, ir.Constant(i64, 1)), next_bb)
+    relax(b, i)
+    i.add_incoming(b.add(i, i64c(1)), b.block)
     b.branch(loop)
     b.position_at_end(out)
     b.ret(v)
-    jm = JitModule(mod).compile()
-    spin = jm.cfunc("spin", ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                    ctypes.c_int64)
-    _keep.append(jm)
-    word = np.zeros(1, np.int64)
-    n = 20000
-    t0 = time.perf_counter()
-    spin(0, word.ctypes.data, 0, n)
-    per_us = n / max(1e6 * (time.perf_counter() - t0), 1e-3)
-    return spin, per_us
+
+    # wait_eq(p, target): until *p == target
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64, i64]), name="wait_eq")
+    p, target = fn.args
+    entry, loop, body, out = (fn.append_basic_block(n) for n in ("entry", "loop", "body", "out"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(i64c(0), entry)
+    v = b.load_atomic(p, "acquire", 8)
+    b.cbranch(b.icmp_signed("==", v, target), out, body)
+    b.position_at_end(body)
+    relax(b, i)
+    i.add_incoming(b.add(i, i64c(1)), b.block)
+    b.branch(loop)
+    b.position_at_end(out)
+    b.ret_void()
+
+    # work(inc, ctl, iters) -> 1 (a Python job is waiting) or 0 (no job for `iters` polls)
+    fn = ir.Function(mod, ir.FunctionType(i64, [p64, p64, i64]), name="work")
+    inc, ctl, iters = fn.args
+    entry, signal, loop, got, native, body, out_py, out_idle = (fn.append_basic_block(n) for n in (
+        "entry", "signal", "loop", "got", "native", "body", "out_py", "out_idle"))
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.icmp_unsigned("!=", b.ptrtoint(inc, i64), i64c(0)), signal, loop)
+    b.position_at_end(signal)
+    b.atomic_rmw("add", inc, i64c(1), "seq_cst")
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(i64c(0), entry)
+    i.add_incoming(i64c(0), signal)
+    gen = b.load_atomic(b.gep(ctl, [i64c(CTL_GEN)]), "acquire", 8)
+    seen = b.load(b.gep(ctl, [i64c(CTL_SEEN)]))
+    b.cbranch(b.icmp_signed("!=", gen, seen), got, body)
+    b.position_at_end(got)
+    b.store(gen, b.gep(ctl, [i64c(CTL_SEEN)]))
+    fptr = b.load(b.gep(ctl, [i64c(CTL_FN)]))
+    b.cbranch(b.icmp_signed("==", fptr, i64c(0)), out_py, native)
+    b.position_at_end(native)
+    job_t = ir.FunctionType(ir.VoidType(), [i64])
+    b.call(b.inttoptr(fptr, job_t.as_pointer()), [b.load(b.gep(ctl, [i64c(CTL_ARG)]))])
+    b.store_atomic(gen, b.gep(ctl, [i64c(CTL_DONE)]), "release", 8)
+    i.add_incoming(i64c(0), native)
+    b.branch(loop)
+    b.position_at_end(body)
+    poll = fn.append_basic_block("poll")
+    b.cbranch(b.icmp_signed(">=", i, iters), out_idle, poll)
+    b.position_at_end(poll)
+    relax(b, i)
+    i.add_incoming(b.add(i, i64c(1)), b.block)
+    b.branch(loop)
+    b.position_at_end(out_py)
+    b.ret(i64c(1))
+    b.position_at_end(out_idle)
+    b.ret(i64c(0))
+    return mod
 
 
-_keep: list[object] = []
+class _Native:
+    """The compiled polling loops, and polls per microsecond on this machine.
+
+    ``spin(inc, p, old, iters)``: add 1 to the int64 at `inc` (unless 0), then return the int64
+    at `p` once it differs from `old`, or `old` after `iters` polls. Signalling here, with the
+    GIL released, lets the thread woken take the GIL without waiting for this one to drop it.
+
+    ``wait_eq(p, target)``: return once the int64 at `p` equals `target`.
+
+    ``work(inc, ctl, iters)``: a worker's loop: signal `inc` like `spin`, then poll the control
+    block `ctl` for a new generation; run a native job there and then (``fn(arg)``, then mark it
+    done), return 1 for a Python job, or 0 after `iters` polls without a job.
+    """
+
+    def __init__(self) -> None:
+        import llvmlite.binding as llvm
+
+        from .jit import JitModule
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        llvm.initialize_native_asmparser()  # for the inline "pause"
+        self.jm = JitModule(_pool_module()).compile()
+        vp, i64 = ctypes.c_void_p, ctypes.c_int64
+        self.spin = self.jm.cfunc("spin", i64, vp, vp, i64, i64)
+        self.wait_eq = self.jm.cfunc("wait_eq", None, vp, i64)
+        self.work = self.jm.cfunc("work", i64, vp, vp, i64)
+        word = np.zeros(1, np.int64)
+        n = 20000
+        t0 = time.perf_counter()
+        self.spin(0, word.ctypes.data, 0, n)
+        self.per_us = n / max(1e6 * (time.perf_counter() - t0), 1e-3)
+
+
+@functools.cache
+def _native() -> _Native:
+    return _Native()
 
 
 class _Job:
+    """A job of Python tasks (each typically one ctypes call)."""
+
     __slots__ = ("tasks", "claim", "error", "word", "addr", "done")
 
     def __init__(self, tasks: Sequence[Callable[..., object]]) -> None:
@@ -108,7 +197,7 @@ class _Job:
         self.claim = itertools.count()  # next() on a count is atomic under the GIL
         self.error: BaseException | None = None
         self.done = threading.Semaphore(0)  # released by each helper, for a caller that blocks
-        self.word = np.zeros(1, np.int64)  # helpers finished (atomic adds by `spin`)
+        self.word = np.zeros(1, np.int64)  # helpers finished (atomic adds by `work`)
         self.addr = self.word.__array_interface__["data"][0]
 
     def work(self) -> None:
@@ -124,57 +213,72 @@ class _Job:
 
     def wait(self, helpers: int) -> None:
         """Until `helpers` workers have finished: spin briefly, then block."""
-        spin, per_us = _spin_fn()
+        nat = _native()
         seen = int(self.word[0])
         t_end = time.perf_counter() + 1e-6 * WAIT_SPIN_US
         while seen < helpers and time.perf_counter() < t_end:
-            seen = spin(0, self.addr, seen, int(WAIT_SPIN_US * per_us))
+            seen = nat.spin(0, self.addr, seen, int(WAIT_SPIN_US * nat.per_us))
         if seen < helpers:
             for _ in range(helpers):
                 self.done.acquire()
 
 
+# A worker's control block (int64 words; the caller's and the worker's on separate cache lines)
+CTL_GEN, CTL_FN, CTL_ARG = 0, 1, 2  # written by the caller: generation, native job and argument
+CTL_SEEN, CTL_DONE = 8, 9  # written by the worker: generation taken, native generation finished
+_CTL_WORDS = 16
+
+
 class _Worker:
+    """A helper thread. It polls its control block in compiled code (`_Native.work`, GIL
+    released), runs native jobs without coming back to Python, comes back for a Python job, and
+    after `SPIN_US` without a job sleeps on its queue until the next one is given."""
+
     def __init__(self, index: int) -> None:
         self.index = index
         self.lock = threading.Lock()
-        self.gen = np.zeros(8, np.int64)  # gen[0]: bumped by the caller for each job
-        self.addr = self.gen.__array_interface__["data"][0]
+        raw = np.zeros(_CTL_WORDS + 8, np.int64)
+        off = (-raw.ctypes.data % 64) // 8
+        self.ctl = raw[off:off + _CTL_WORDS]  # 64-byte aligned
+        self.addr = self.ctl.ctypes.data
         self.job: _Job | None = None
         self.sleeping = False
         self.wake: SimpleQueue[None] = SimpleQueue()
         threading.Thread(target=self.loop, daemon=True, name=f"vtakit-cpu-{index}").start()
 
-    def give(self, job: _Job) -> None:
+    def give(self, job: _Job | None, fn: int = 0, arg: int = 0) -> int:
+        """Hand over a Python `job`, or the native job ``fn(arg)``; returns its generation."""
         with self.lock:
             self.job = job
-            self.gen[0] += 1
+            self.ctl[CTL_FN] = fn
+            self.ctl[CTL_ARG] = arg
+            gen = int(self.ctl[CTL_GEN]) + 1
+            self.ctl[CTL_GEN] = gen  # an aligned 8-byte store: seen whole by the poller
             wake, self.sleeping = self.sleeping, False
         if wake:
             self.wake.put(None)
+        return gen
 
     def loop(self) -> None:
         _local.worker = True
-        spin, per_us = _spin_fn()
-        seen = 0
-        done = 0  # the finished job's word, signalled by the next spin
+        nat = _native()
+        iters = int(SPIN_US * nat.per_us)
+        done = 0  # the finished Python job's word, signalled by the next poll
         while True:
-            got = spin(done, self.addr, seen, int(SPIN_US * per_us))
-            done = 0
-            if got == seen:
+            if not nat.work(done, self.addr, iters):
+                done = 0
                 with self.lock:
-                    sleep = self.sleeping = int(self.gen[0]) == seen
+                    sleep = self.sleeping = self.ctl[CTL_GEN] == self.ctl[CTL_SEEN]
                 if sleep:
                     self.wake.get()
-            with self.lock:
-                seen = int(self.gen[0])
-                job = self.job
-                self.job = None
-            if job is None:
                 continue
-            job.work()  # catches the tasks' errors
-            job.done.release()
-            done = job.addr
+            with self.lock:
+                job, self.job = self.job, None
+            done = 0
+            if job is not None:
+                job.work()  # catches the tasks' errors
+                job.done.release()
+                done = job.addr
 
 
 _workers: list[_Worker] = []
@@ -195,7 +299,7 @@ if hasattr(os, "register_at_fork"):
 
 def _helpers(k: int) -> list[_Worker]:
     if len(_workers) < k:
-        _spin_fn()
+        _native()
         with _start_lock:
             while len(_workers) < k:
                 _workers.append(_Worker(len(_workers)))
@@ -235,3 +339,24 @@ def run_parallel(tasks: Sequence[Callable[..., object]], threads: int | None = N
         _run_lock.release()
     if job.error is not None:
         raise job.error
+
+
+def run_native(fn: int, arg: int, threads: int, call: Callable[[int], object]) -> None:
+    """Run the native job ``fn(arg)`` on `threads` threads at once, this one included (through
+    `call`, a ctypes function for `fn`), and return when every thread has finished it.
+
+    The job must divide its work itself (claiming parts with atomics) and be safe to enter
+    late: a helper may start after the others have done everything."""
+    k = min(threads, MAX_WORKERS + 1)
+    if k <= 1 or getattr(_local, "worker", False) or not _run_lock.acquire(blocking=False):
+        call(arg)  # one thread, inside a parallel run, or another run under way
+        return
+    try:
+        helpers = _helpers(k - 1)
+        gens = [w.give(None, fn, arg) for w in helpers]
+        call(arg)
+        nat = _native()
+        for w, g in zip(helpers, gens):
+            nat.wait_eq(w.addr + 8 * CTL_DONE, g)
+    finally:
+        _run_lock.release()

@@ -24,6 +24,17 @@ def test_gemm_matches_numpy(m, k, n, cfg):
     np.testing.assert_allclose(out, a @ b, **TOL)
 
 
+@pytest.mark.parametrize("m", [1, 2, 5, 6, 7])
+def test_few_rows_get_their_own_blocking(m):
+    cfg = G.choose_config(1000, m)
+    assert cfg.mr == (m if m < 6 else cfg.mr) and cfg.mc % cfg.mr == 0
+    a, b = _mats(m, 1280, 1000)
+    bias = RNG.standard_normal(1000, dtype=np.float32)
+    out = np.empty((m, 1000), np.float32)
+    G.gemm(a, G.pack_b(b, cfg), out, bias=bias, act="relu", threads=2)
+    np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("act,clip", [(None, None), ("relu", None), ("clip", (-0.5, 1.0))])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_bias_and_activation(act, clip, threads):
