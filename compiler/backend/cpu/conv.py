@@ -22,6 +22,7 @@ import numpy as np
 
 from . import gemm as G
 from . import irutil as U
+from .depthwise import depthwise_module
 from .jit import CACHE
 from .parallel import run_parallel, split_range
 
@@ -139,55 +140,6 @@ def _im2col_fn(g: ConvGeom, nr: int):
     return jm.cfunc("im2col_pack", None, G._P, G._P, G._L, G._L)
 
 
-def _depthwise_module(g: ConvGeom, act: G.Act) -> ir.Module:
-    """dw(x, w, bias, y, c0, c1, lo, hi): channels [c0, c1) of a depthwise convolution."""
-    m = ir.Module(name=f"dw_{g.c}x{g.h}x{g.w}_k{g.kh}x{g.kw}_s{g.sh}_p{g.ph}_d{g.dh}_{act}")
-    _, b = U.new_function(m, "depthwise", [
-        ("x", U.PTR), ("w", U.PTR), ("bias", U.PTR), ("y", U.PTR), ("c0", U.I64), ("c1", U.I64),
-        ("lo", U.F32), ("hi", U.F32)])
-    x, w, bias, y, c0, c1, lo, hi = b.function.args
-    oh, ow = g.oh, g.ow
-    with U.loop(b, c0, c1, 1, "ch") as ch:
-        bv = U.load(b, U.F32, bias, ch)
-        xc = b.mul(ch, U.i64(g.h * g.w))
-        yc = b.mul(ch, U.i64(oh * ow))
-        with U.loop(b, 0, U.i64(oh), 1, "oh") as o_h:
-            yrow = b.add(yc, b.mul(o_h, U.i64(ow)))
-            with U.loop(b, 0, U.i64(ow), 1, "init") as o_w:
-                U.store(b, U.F32, bv, y, b.add(yrow, o_w))
-            for kh in range(g.kh):
-                ih = b.add(b.sub(b.mul(o_h, U.i64(g.sh)), U.i64(g.ph)), U.i64(kh * g.dh))
-                row_ok = b.icmp_unsigned("<", ih, U.i64(g.h))
-                with b.if_then(row_ok):
-                    xrow = b.add(xc, b.mul(ih, U.i64(g.w)))
-                    for kw in range(g.kw):
-                        off = kw * g.dw - g.pw  # iw = ow*sw + off
-                        # smallest ow with ow*sw + off >= 0
-                        lo_ow = 0 if off >= 0 else (-off + g.sw - 1) // g.sw
-                        # largest ow with ow*sw + off <= w-1, plus one
-                        hi_ow = min(ow, (g.w - 1 - off) // g.sw + 1) if g.w - 1 - off >= 0 else 0
-                        if hi_ow <= lo_ow:
-                            continue
-                        wv = U.load(b, U.F32, w, b.add(b.mul(ch, U.i64(g.kh * g.kw)),
-                                                        U.i64(kh * g.kw + kw)))
-                        with U.loop(b, U.i64(lo_ow), U.i64(hi_ow), 1, "ow") as o_w:
-                            iw = b.add(b.mul(o_w, U.i64(g.sw)), U.i64(off))
-                            xv = U.load(b, U.F32, x, b.add(xrow, iw))
-                            yi = b.add(yrow, o_w)
-                            U.store(b, U.F32, U.fma(b, wv, xv, U.load(b, U.F32, y, yi)), y, yi)
-            if act != "none":
-                with U.loop(b, 0, U.i64(ow), 1, "act") as o_w:
-                    yi = b.add(yrow, o_w)
-                    v = U.load(b, U.F32, y, yi)
-                    if act == "relu":
-                        v = U.fmax(b, v, U.f32(0.0))
-                    else:
-                        v = U.fmin(b, U.fmax(b, v, lo), hi)
-                    U.store(b, U.F32, v, y, yi)
-    b.ret_void()
-    return m
-
-
 class Conv2d:
     """A float32 NCHW convolution with constant weights, prepared (packed, compiled) once.
 
@@ -268,7 +220,7 @@ class Conv2d:
 
     def _depthwise(self, x: np.ndarray, out: np.ndarray, g: ConvGeom, threads: int) -> None:
         geom = ConvGeom(1, *dataclass_fields(g)[1:])
-        jm = CACHE.get(("dw", geom, self.act), lambda: _depthwise_module(geom, self.act))
+        jm = CACHE.get(("dw", geom, self.act), lambda: depthwise_module(geom, str(self.act)))
         fn = jm.cfunc("depthwise", None, G._P, G._P, G._P, G._P, G._L, G._L, G._F, G._F)
         wp, bp = self.weight.ctypes.data, self.bias.ctypes.data
         tasks = []

@@ -38,6 +38,7 @@ from ...ir.graph import Graph
 from ...ir.ops import Node, Op
 from . import codegen_loops as L
 from . import conv as C
+from . import depthwise as D
 from . import gemm as G
 from . import pool as P
 from .codegen_scalar import Unsupported
@@ -835,8 +836,8 @@ class _Lowerer:
         fused: tuple[L.Instr, ...] = ()  # epilogue fused into the copy-out of padded GEMMs
         if conv.depthwise:
             geom = C.ConvGeom(1, *C.dataclass_fields(g)[1:])
-            dk = L.depthwise(geom, act)
-            dki = self.kernel(dk.key, dk.build)
+            dki = self.kernel(("depthwise", geom, act),
+                              lambda: D.depthwise_module(geom, act))
             wb = self.const(conv.weight, "dw_weight")
             bb = self.const(conv.bias, "dw_bias")
             for i in range(nb):

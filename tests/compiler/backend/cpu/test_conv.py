@@ -44,6 +44,17 @@ CASES = [  # n, cin, h, w, cout, kh, kw, stride, pad, dilation, groups
     (1, 5, 9, 9, 5, 5, 5, (1, 1), (2, 2), (2, 2), 5),
     (1, 8, 12, 12, 4, 3, 3, (1, 1), (1, 1), (1, 1), 2),
     (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), 1),
+    # depthwise: rows of one partial chunk, exactly one chunk, chunks + a partial one, a row
+    # loop (more than depthwise.UNROLL_CHUNKS chunks), strides 1-3 either way, dilation,
+    # a filter wider than the image (most taps out of range)
+    (1, 4, 7, 7, 4, 3, 3, (1, 1), (1, 1), (1, 1), 4),
+    (1, 3, 14, 14, 3, 3, 3, (2, 2), (1, 1), (1, 1), 3),
+    (1, 2, 16, 16, 2, 3, 3, (1, 1), (1, 1), (1, 1), 2),
+    (1, 2, 9, 34, 2, 3, 3, (2, 2), (1, 1), (1, 1), 2),
+    (1, 2, 5, 300, 2, 3, 3, (1, 1), (1, 1), (1, 1), 2),
+    (1, 3, 11, 40, 3, 3, 5, (1, 3), (1, 2), (1, 1), 3),
+    (1, 3, 12, 21, 3, 3, 3, (2, 1), (0, 1), (1, 2), 3),
+    (1, 2, 3, 4, 2, 5, 5, (1, 1), (2, 2), (1, 1), 2),
 ]
 
 
