@@ -2,9 +2,10 @@
 LLVM code). Every node test that is not excluded below must pass.
 
 Exclusions: everything the reference suite excludes (out of the frontend's contract, out of
-scope, not implemented in the IR: see test_onnx_node_reference.py), plus, by operator, what
-the CPU backend does not lower yet (listed in CPU_NOT_LOWERED, each with the reason). The
-lowering raises UnsupportedError naming the node for those, never a wrong answer.
+scope, not implemented in the IR: see test_onnx_node_reference.py), plus the known failures of
+lowered operators (listed in CPU_KNOWN_FAILURES, each with the reason). The CPU backend lowers
+every op of the IR; a case it has no code for raises UnsupportedError naming the node, never a
+wrong answer.
 """
 
 from __future__ import annotations
@@ -24,16 +25,8 @@ _spec = importlib.util.spec_from_file_location(
 assert _spec is not None and _spec.loader is not None
 _ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_ref)
-OUT_OF_SCOPE, NOT_IMPLEMENTED, _op = _ref.OUT_OF_SCOPE, _ref.NOT_IMPLEMENTED, _ref._op
+OUT_OF_SCOPE, NOT_IMPLEMENTED = _ref.OUT_OF_SCOPE, _ref.NOT_IMPLEMENTED
 _outside_contract = _ref._outside_contract
-
-# TODO(From ONNX to CPU code): lower these, then delete their lines. The lowering raises
-# UnsupportedError ("the CPU backend does not lower X yet") for each.
-CPU_NOT_LOWERED: dict[str, list[str]] = {
-    "no CPU kernel yet": [
-        _op("det_"), _op("gridsample"),
-    ],
-}
 
 # TODO(From ONNX to CPU code): failing tests of lowered operators, with the reason.
 CPU_KNOWN_FAILURES: dict[str, list[str]] = {
@@ -44,7 +37,7 @@ CPU_KNOWN_FAILURES: dict[str, list[str]] = {
 
 backend_test = onnx.backend.test.BackendTest(CpuBackend, __name__)
 backend_test.include(r"_cpu$")
-for _table in (OUT_OF_SCOPE, NOT_IMPLEMENTED, CPU_NOT_LOWERED, CPU_KNOWN_FAILURES):
+for _table in (OUT_OF_SCOPE, NOT_IMPLEMENTED, CPU_KNOWN_FAILURES):
     for _patterns in _table.values():
         for _p in _patterns:
             backend_test.exclude(_p)

@@ -39,7 +39,7 @@ class Kernel:
     extent: int
 
 
-def _function(key: tuple, nptr: int) -> tuple[ir.Module, ir.IRBuilder, list[ir.Value]]:
+def kernel_function(key: tuple, nptr: int) -> tuple[ir.Module, ir.IRBuilder, list[ir.Value]]:
     m = ir.Module(name=f"{key[0]}_{abs(hash(key)):x}")
     args = [(f"p{i}", U.PTR) for i in range(nptr)] + [("lo", U.I64), ("hi", U.I64)]
     fn, b = U.new_function(m, "kernel", args, noalias=False)
@@ -128,7 +128,7 @@ def eltwise(out_dt: DType, out_shape: Sequence[int], operands: Sequence[tuple[DT
     nops = len(operands)
 
     def build() -> ir.Module:
-        m, b, args = _function(key, nops + 1)
+        m, b, args = kernel_function(key, nops + 1)
         out, ins, lo, hi = args[0], args[1:nops + 1], args[-2], args[-1]
         with nest(b, shape, lo, hi) as ivs:
             vals = [S.load(b, dt, p, offset(b, ivs, st)) for (dt, _), p, st in
@@ -172,7 +172,7 @@ def copy(dt: DType, region: Sequence[int], maps: Sequence[AxisMap], out_strides:
     key = ("copy", dt, region, maps, out_strides, out_offset, in_offset, float(pad_value))
 
     def build() -> ir.Module:
-        m, b, (out, inp, lo, hi) = _function(key, 2)
+        m, b, (out, inp, lo, hi) = kernel_function(key, 2)
         with nest(b, region, lo, hi) as ivs:
             src: ir.Value = U.i64(in_offset)
             valid: ir.Value | None = None
@@ -222,7 +222,7 @@ def gather_elements(dt: DType, idx_dt: DType, x_shape: Sequence[int],
     ist = contiguous_strides(idx_shape)
 
     def build() -> ir.Module:
-        m, b, (out, x, idx, lo, hi) = _function(key, 3)
+        m, b, (out, x, idx, lo, hi) = kernel_function(key, 3)
         with nest(b, idx_shape, lo, hi) as ivs:
             flat = offset(b, ivs, ist)
             k = S.convert(b, S.load(b, idx_dt, idx, flat), idx_dt, DType.INT64)
@@ -240,7 +240,7 @@ def gather(dt: DType, idx_dt: DType, outer: int, axis_len: int, nidx: int, inner
     key = ("gather", dt, idx_dt, outer, axis_len, nidx, inner)
 
     def build() -> ir.Module:
-        m, b, (out, x, idx, lo, hi) = _function(key, 3)
+        m, b, (out, x, idx, lo, hi) = kernel_function(key, 3)
         with nest(b, (outer, nidx), lo, hi) as (o, j):
             k = S.convert(b, S.load(b, idx_dt, idx, j), idx_dt, DType.INT64)
             k = b.select(b.icmp_signed("<", k, U.i64(0)), b.add(k, U.i64(axis_len)), k)
@@ -305,7 +305,7 @@ def reduce(kind: str, dt: DType, out_dt: DType, shape: Sequence[int],
         acc_dt = _acc_dtype(dt)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(acc_dt)
         acc = _entry_alloca(b, ct)
         best = _entry_alloca(b, U.I64) if arg else None
@@ -395,7 +395,7 @@ def softmax(dt: DType, outer: int, n: int, inner: int, log: bool) -> Kernel:
     key = ("softmax", dt, outer, n, inner, log)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt)
         mx, sm = _entry_alloca(b, ct), _entry_alloca(b, ct)
         with nest(b, (outer, inner), lo, hi) as (o, i):
@@ -432,7 +432,7 @@ def layer_norm(dt: DType, rows: int, cols: int, eps: float) -> Kernel:
     key = ("layer_norm", dt, rows, cols, float(eps))
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt) if dt is not DType.FLOAT16 else U.F32
         acc = _entry_alloca(b, ct)
         with U.loop(b, lo, hi, 1, "r") as r:
@@ -504,7 +504,7 @@ def matmul(spec: MatmulSpec) -> Kernel:
         acc_dt = s.out_dt
 
     def build() -> ir.Module:
-        m, b, args = _function(key, nptr)
+        m, b, args = kernel_function(key, nptr)
         out, pa, pb = args[0], args[1], args[2]
         rest = list(args[3:-2])
         pc = rest.pop(0) if s.c else None
@@ -631,7 +631,7 @@ def conv(spec: ConvSpec) -> Kernel:
         acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
 
     def build() -> ir.Module:
-        m, b, args = _function(key, nptr)
+        m, b, args = kernel_function(key, nptr)
         out, px, pw = args[0], args[1], args[2]
         rest = list(args[3:-2])
         pbias = rest.pop(0) if s.bias_dt else None
@@ -745,7 +745,7 @@ def pool(spec: PoolSpec) -> Kernel:
     planes = s.x_shape[0] * s.x_shape[1]
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         dt = s.dt
         ct = S.compute(dt) if dt.is_float else S.compute(dt)
         acc = _entry_alloca(b, ct)
@@ -821,7 +821,7 @@ def panel_copy(rows: int, ld_src: int, ncols: int, nr: int,
     f32 = DType.FLOAT32
 
     def build() -> ir.Module:
-        m, b, args = _function(key, 2 + nres)
+        m, b, args = kernel_function(key, 2 + nres)
         dst, src, lo, hi = args[0], args[1], args[-2], args[-1]
         c0 = b.mul(lo, U.i64(nr))
         c1 = U.imin(b, b.mul(hi, U.i64(nr)), U.i64(ncols))
@@ -847,7 +847,7 @@ def scan(kind: str, dt: DType, outer: int, n: int, inner: int, exclusive: bool,
     key = ("scan", kind, dt, outer, n, inner, exclusive, reverse)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         acc = _entry_alloca(b, S.compute(dt))
         with nest(b, (outer, inner), lo, hi) as (o, i):
             base = b.add(b.mul(o, U.i64(n * inner)), i)
@@ -871,7 +871,7 @@ def trilu(dt: DType, batch: int, rows: int, cols: int, upper: bool, k: int) -> K
     key = ("trilu", dt, batch, rows, cols, upper, k)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         with nest(b, (batch, rows, cols), lo, hi) as (bb, i, j):
             idx = b.add(b.mul(b.add(b.mul(bb, U.i64(rows)), i), U.i64(cols)), j)
             d = b.sub(j, i)
@@ -889,7 +889,7 @@ def hardmax(dt: DType, outer: int, n: int, inner: int) -> Kernel:
     key = ("hardmax", dt, outer, n, inner)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         best = _entry_alloca(b, U.I64)
         mx = _entry_alloca(b, S.compute(dt))
         with nest(b, (outer, inner), lo, hi) as (o, i):
@@ -922,7 +922,7 @@ def taps(in_dt: DType, out_dt: DType, outer: int, n_in: int, n_out: int, inner: 
     f64 = DType.FLOAT64
 
     def build() -> ir.Module:
-        m, b, (out, x, idx, w, bias, lo, hi) = _function(key, 5)
+        m, b, (out, x, idx, w, bias, lo, hi) = kernel_function(key, 5)
         with nest(b, (outer, n_out, inner), lo, hi) as (o, i, t):
             acc = S.load(b, f64, bias, i)
             for k in range(ntaps):
@@ -960,7 +960,7 @@ def scatter_elements(dt: DType, idx_dt: DType, x_shape: Sequence[int],
     xst, ist = contiguous_strides(x_shape), contiguous_strides(idx_shape)
 
     def build() -> ir.Module:
-        m, b, (out, idx, upd, lo, hi) = _function(key, 3)
+        m, b, (out, idx, upd, lo, hi) = kernel_function(key, 3)
         with nest(b, idx_shape, lo, hi) as ivs:
             flat = offset(b, ivs, ist)
             k = S.convert(b, S.load(b, idx_dt, idx, flat), idx_dt, DType.INT64)
@@ -988,7 +988,7 @@ def index_rows(dt: DType, idx_dt: DType, x_shape: Sequence[int], nbatch: int, ro
     xbatch = math.prod(x_shape[nbatch:])
 
     def build() -> ir.Module:
-        m, b, (out, x, idx, lo, hi) = _function(key, 3)
+        m, b, (out, x, idx, lo, hi) = kernel_function(key, 3)
         with nest(b, (batch, rows), lo, hi) as (bt, r):
             src: ir.Value = b.mul(bt, U.i64(xbatch))
             ibase = b.mul(b.add(b.mul(bt, U.i64(rows)), r), U.i64(k))
@@ -1020,7 +1020,7 @@ def topk(dt: DType, outer: int, n: int, inner: int, k: int, largest: bool) -> Ke
     key = ("topk", dt, outer, n, inner, k, largest)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         rank = _entry_alloca(b, U.I64)
         cmp = ">" if largest else "<"
         with nest(b, (outer, inner), lo, hi) as (o, t):
@@ -1055,7 +1055,7 @@ def lrn(dt: DType, n: int, c: int, inner: int, size: int, alpha: float, beta: fl
     lo_off, hi_off = (size - 1) // 2, size // 2
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt)
         acc = _entry_alloca(b, ct)
         with nest(b, (n, c, inner), lo, hi) as (i, ch, t):
@@ -1084,7 +1084,7 @@ def reverse_sequence(dt: DType, len_dt: DType, shape: Sequence[int], batch_axis:
     st = contiguous_strides(shape)
 
     def build() -> ir.Module:
-        m, b, (out, x, lens, lo, hi) = _function(key, 3)
+        m, b, (out, x, lens, lo, hi) = kernel_function(key, 3)
         with nest(b, shape, lo, hi) as ivs:
             bt, t = ivs[batch_axis], ivs[time_axis]
             n = S.convert(b, S.load(b, len_dt, lens, bt), len_dt, DType.INT64)
@@ -1110,7 +1110,7 @@ def col2im(dt: DType, out_shape: Sequence[int], kernel: Sequence[int], blocks: S
     kst, bst = contiguous_strides(kernel), contiguous_strides(blocks)
 
     def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = _function(key, 2)
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt)
         acc = _entry_alloca(b, ct)
         with nest(b, (out_shape[0] * out_shape[1],), lo, hi) as (nc,):
@@ -1156,7 +1156,7 @@ def einsum(dt: DType, inputs: Sequence[tuple[str, tuple[int, ...]]], output: str
                 for L_ in letters]
 
     def build() -> ir.Module:
-        m, b, args = _function(key, 1 + len(inputs))
+        m, b, args = kernel_function(key, 1 + len(inputs))
         out, ins, lo, hi = args[0], args[1:-2], args[-2], args[-1]
         acc = _entry_alloca(b, S.compute(acc_dt))
         with nest(b, oshape, lo, hi, "o") as ovs:

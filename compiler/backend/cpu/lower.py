@@ -12,7 +12,8 @@ Kernels: the fast float32 kernels of this package (packed GEMM with fused bias a
 im2col convolution, depthwise convolution, 2-D pooling) for the common cases, and the generic
 loop-nest generator (``codegen_loops.py``) for everything else: elementwise programs over all
 dtypes with broadcasting, reductions, data movement, softmax, layer norm, naive matmul and
-convolution (N-d, integer, quantised), pooling.
+convolution (N-d, integer, quantised), pooling; GridSample (``codegen_sample.py``) and Det
+(``codegen_linalg.py``).
 
 Buffers: graph inputs and outputs, constants (parameters, with the GEMM/convolution weights
 pre-packed), and one arena for every intermediate and scratch buffer, each at a byte offset
@@ -36,7 +37,9 @@ from ...ir import ops as o
 from ...ir.dtypes import DType
 from ...ir.graph import Graph
 from ...ir.ops import Node, Op
+from . import codegen_linalg as LA
 from . import codegen_loops as L
+from . import codegen_sample as SA
 from . import conv as C
 from . import depthwise as D
 from . import gemm as G
@@ -611,6 +614,26 @@ class _Lowerer:
                                      ("b", self.const(bias, "resize_bias"), 0)], name,
                               "resize", math.prod(shape) * idx.shape[1])
             cur, cur_dt = target, out_dt
+
+    def op_grid_sample(self, n: Node, name: str) -> None:
+        x, grid = n.src
+        a = _at(n)
+        if 0 in x.shape[2:]:
+            raise Unsupported("grid_sample of an empty image")
+        npoints = math.prod(grid.shape[1:-1])
+        k = SA.grid_sample(x.dtype, grid.dtype, x.shape, npoints, a.mode, a.padding_mode,
+                           a.align_corners)
+        taps = len(SA.TAPS[a.mode]) ** (x.rank - 2)
+        self.call_generic(k, [self.out(n), self.ptr(x), self.ptr(grid)], name, "grid_sample",
+                          n.size * taps)
+
+    def op_det(self, n: Node, name: str) -> None:
+        x = n.src[0]
+        size = x.shape[-1]
+        batch = math.prod(x.shape[:-2])
+        scratch = ("b", self.buffer("arena", DType.FLOAT64, x.shape), 0)
+        self.call_generic(LA.det(x.dtype, batch, size), [self.out(n), self.ptr(x), scratch],
+                          name, "det", batch * size ** 3)
 
     # -- reductions and normalisation -----------------------------------------------------------
     def _reduce(self, n: Node, kind: str, axes: Sequence[int], name: str) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from vtakit.compiler.backend.cpu.lower import CpuProgram, lower
+from vtakit.compiler.backend.cpu.lower import CpuProgram, _Lowerer, lower
 from vtakit.compiler.compile import optimize_graph
 from vtakit.compiler.errors import UnsupportedError
 from vtakit.compiler.frontend.onnx import import_onnx
@@ -115,7 +115,18 @@ def test_arena_reuses_memory_and_plan_round_trips() -> None:
     assert [s.calls[0].args for s in q.steps] == [s.calls[0].args for s in p.steps]
 
 
-def test_unsupported_op_names_the_node() -> None:
+def test_every_op_is_lowered() -> None:
+    from vtakit.compiler.backend.cpu.lower import _ELEMENTWISE
+    from vtakit.compiler.ir.ops import Op
+
+    special = {Op.INPUT, Op.CONST, Op.RESHAPE, Op.IDENTITY, Op.FUSED_ELEMENTWISE}
+    assert [op for op in Op if op not in special | _ELEMENTWISE
+            and not hasattr(_Lowerer, "op_" + op.value)] == []
+
+
+def test_unsupported_op_names_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every IR op has a handler: take DET's away to see what an op without one gives.
+    monkeypatch.delattr(_Lowerer, "op_det")
     x = rng.standard_normal((2, 2)).astype(np.float32)
     g = import_onnx(_model("Det", [x]))
     with pytest.raises(UnsupportedError, match="DET node .*does not lower DET"):
