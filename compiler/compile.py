@@ -12,7 +12,8 @@ from typing import Any
 from vtakit import __version__
 
 from .backend.cpu import jit
-from .backend.cpu.lower import CpuProgram, lower
+from .backend.cpu.lower import lower
+from .backend.cpu.program import CpuProgram
 from .frontend.onnx import import_onnx
 from .ir.graph import Graph
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vtakit.compiler.backend.cpu.lower import CpuProgram
+from vtakit.compiler.backend.cpu.program import CpuProgram
 
 FORMAT = "vtakit-artifact"
 FORMAT_VERSION = 1

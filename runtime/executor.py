@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vtakit.compiler.backend.cpu import graphfn
-from vtakit.compiler.backend.cpu.lower import CpuProgram
 from vtakit.compiler.backend.cpu.parallel import run_native, run_parallel, split_range
+from vtakit.compiler.backend.cpu.program import CpuProgram
 
 if TYPE_CHECKING:
     from .artifact import Artifact

@@ -11,7 +11,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from . import jit
-from .lower import CpuProgram
+from .program import CpuProgram
 
 
 def symbol(kernel: int, fname: str) -> str:

@@ -1,0 +1,395 @@
+"""Op handlers of the lowering for the dense neural-network ops: MatMul, Gemm, Conv,
+ConvTranspose, pooling, LRN, and the integer / quantised matmul and convolution. Float32 convs
+and GEMMs with constant weights get the packed GEMM (weights packed now), im2col and the
+depthwise kernel; the rest the generic loop nests."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from ...ir.ops import Node, Op
+from . import codegen_loops as L
+from . import conv as C
+from . import depthwise as D
+from . import gemm as G
+from . import pool as P
+from .codegen_scalar import Unsupported
+from .lower_base import (
+    MACRO_SIG,
+    PARALLEL_MIN_ELEMENTS,
+    PARALLEL_MIN_MACS,
+    LowererBase,
+    _at,
+    _strides,
+)
+from .program import Arg, Call, Step
+
+
+class NnLowering(LowererBase):
+    # -- linear algebra -------------------------------------------------------------------------
+    def op_matmul(self, n: Node, name: str) -> None:
+        a, b = n.src[:2]
+        ep = getattr(_at(n), "epilogue", None)
+        nres = 1 if ep is not None and ep.residual else 0
+        bias = n.src[2] if len(n.src) - nres == 3 else None
+        residual = n.src[-1] if nres else None
+        if (n.dtype is DType.FLOAT32 and b.op is Op.CONST and b.rank == 2 and a.rank >= 2
+                and a.dtype is DType.FLOAT32 and (bias is None or bias.op is Op.CONST)):
+            m = math.prod(a.shape[:-1])
+            return self.packed_gemm(n, a, m, b.value, None if bias is None else
+                                    bias.value.astype(np.float32), ep, residual, name)
+        self.generic_matmul(n, a, b, name)
+        self.epilogue_step(n, ep, residual, name, bias)
+
+    def generic_matmul(self, n: Node, a: Node, b: Node, name: str, **extra: Any) -> None:
+        ash = a.shape if a.rank >= 2 else (1,) + a.shape
+        bsh = b.shape if b.rank >= 2 else b.shape + (1,)
+        batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+        m, k = ash[-2], ash[-1]
+        nn = bsh[-1]
+        sa, sb = _strides(ash), _strides(bsh)
+        ast = [s * m * k if s else 0 for s in L.broadcast_strides(ash[:-2], batch)]
+        bst = [s * k * nn if s else 0 for s in L.broadcast_strides(bsh[:-2], batch)]
+        spec = L.MatmulSpec(a.dtype, b.dtype, n.dtype, batch, m, nn, k,
+                            (*ast, sa[-2], sa[-1]), (*bst, sb[-2], sb[-1]), **extra)
+        return self._matmul_call(n, spec, [a, b], name)
+
+    def _matmul_call(self, n: Node, spec: L.MatmulSpec, src: Sequence[Node], name: str,
+                     extra_ptrs: Sequence[Arg] = ()) -> None:
+        k = L.matmul(spec)
+        self.call_generic(k, [self.out(n)] + [self.ptr(s) for s in src] + list(extra_ptrs),
+                          name, n.op.value, spec.m * spec.n * spec.k * max(1, math.prod(
+                              spec.batch)) // 8)
+
+    def op_gemm(self, n: Node, name: str) -> None:
+        a, b = n.src[:2]
+        at = _at(n)
+        ep = getattr(at, "epilogue", None)
+        nres = 1 if ep is not None and ep.residual else 0
+        c = n.src[2] if len(n.src) - nres == 3 else None
+        nn = n.shape[1]
+        simple_c = c is None or (c.op is Op.CONST and c.size == nn and c.shape[-1] == nn)
+        if (n.dtype is DType.FLOAT32 and b.op is Op.CONST and not at.trans_a and simple_c
+                and a.dtype is DType.FLOAT32):
+            w = b.value.T if at.trans_b else b.value
+            w = (w * np.float32(at.alpha)).astype(np.float32)
+            bias = None if c is None else (c.value.reshape(-1) * np.float32(at.beta)).astype(
+                np.float32)
+            return self.packed_gemm(n, a, a.shape[0], w, bias, ep,
+                                    n.src[-1] if nres else None, name)
+        m, kk = (a.shape[1], a.shape[0]) if at.trans_a else a.shape
+        sa = (1, m) if at.trans_a else (kk, 1)
+        sb = (1, b.shape[1]) if at.trans_b else (nn, 1)
+        cspec = None
+        src = [a, b]
+        if c is not None:
+            cspec = (c.dtype, L.broadcast_strides(c.shape, n.shape))
+            src.append(c)
+        spec = L.MatmulSpec(a.dtype, b.dtype, n.dtype, (), m, nn, kk, sa, sb, at.alpha,
+                            at.beta, cspec)
+        self._matmul_call(n, spec, src, name)
+        self.epilogue_step(n, ep, n.src[-1] if nres else None, name)
+
+    def packed_gemm(self, n: Node, a: Node, m: int, w: np.ndarray, bias: np.ndarray | None,
+                    ep: Any, residual: Node | None, name: str) -> None:
+        """out[M, N] = act(a[M, K] @ w[K, N] + bias (+ residual)) with the weights packed now;
+        ReLU / clip run in the GEMM's epilogue, a residual or another activation after it."""
+        fast = _fast_act(ep)
+        post = residual is not None or fast is None
+        act, lo, hi = _as_clip(("none", 0.0, 0.0) if post or fast is None else fast)
+        kdim, nn = w.shape
+        cfg = G.choose_config(nn, m)
+        pb = G.pack_b(np.ascontiguousarray(w, np.float32), cfg)
+        wb = self.const(pb.data, "packed_b")
+        mode: G.BiasMode = "col" if bias is not None else "none"
+        gact: G.Act = "clip"  # _as_clip: every activation is a clip with run-time bounds
+        assert act == gact
+        gk = self.kernel(("gemm", cfg, mode, gact), lambda: G.build_module(cfg, mode, gact))
+        bias_arg: Arg = ("b", self.const(np.concatenate([bias, np.zeros(
+            pb.panels * cfg.nr - nn, np.float32)]), "bias"), 0) if bias is not None else ("i", 0)
+        mt = -(-m // cfg.mr)
+        apack = self.buffer("arena", DType.FLOAT32, (mt, kdim, cfg.mr))
+        dst = self.out(n)
+        pack = Call(gk, "pack_a", "ppllll" + "l", (self.ptr(a), ("b", apack, 0), ("i", m),
+                                                   ("i", kdim), ("i", kdim), ("lo",), ("hi",)))
+        self.steps.append(Step(name + ":pack", "pack_a", [pack], mt,
+                               m * kdim >= PARALLEL_MIN_ELEMENTS and mt > 1))
+        nt = pb.panels
+        if mt >= nt * 2 or nt < self.threads:
+            ranges: tuple[Arg, ...] = (("lo",), ("hi",), ("i", 0), ("i", nt))
+            extent = mt
+        else:
+            ranges = (("i", 0), ("i", mt), ("lo",), ("hi",))
+            extent = nt
+        call = Call(gk, "gemm_packed", MACRO_SIG,
+                    (("b", apack, 0), ("b", wb, 0), dst, bias_arg, ("i", m), ("i", nn),
+                     ("i", kdim), ("i", nn), *ranges, ("f", lo), ("f", hi)))
+        self.steps.append(Step(name, "gemm", [call], extent,
+                               m * nn * kdim >= PARALLEL_MIN_MACS and extent > 1))
+        if post:
+            self.epilogue_step(n, ep, residual, name)
+
+    def op_conv(self, n: Node, name: str) -> None:
+        x, w = n.src[:2]
+        at = _at(n)
+        ep = getattr(at, "epilogue", None)
+        nres = 1 if ep is not None and ep.residual else 0
+        has_bias = len(n.src) - nres == 3
+        bias = n.src[2] if has_bias else None
+        residual = n.src[-1] if ep is not None and ep.residual else None
+        nsp = len(at.kernel)
+        if (n.dtype is DType.FLOAT32 and nsp == 2 and w.op is Op.CONST
+                and at.pads[:2] == at.pads[2:] and x.dtype is DType.FLOAT32
+                and (bias is None or bias.op is Op.CONST)):
+            return self.fast_conv(n, x, w.value, None if bias is None else bias.value, at,
+                                  ep, residual, name)
+        spec = L.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
+                          at.pads, at.dilations, at.group,
+                          bias.dtype if bias is not None else None)
+        k = L.conv(spec)
+        src = [x, w] + ([bias] if bias is not None else [])
+        self.call_generic(k, [self.out(n)] + [self.ptr(s) for s in src], name, "conv",
+                          n.size * math.prod(w.shape[1:]) // 8)
+        self.epilogue_step(n, ep, residual, name)
+
+    def op_conv_transpose(self, n: Node, name: str) -> None:
+        x, w = n.src[:2]
+        at = _at(n)
+        bias = n.src[2] if len(n.src) == 3 else None
+        spec = L.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
+                          at.pads, at.dilations, at.group,
+                          bias.dtype if bias is not None else None, transposed=True)
+        src = [x, w] + ([bias] if bias is not None else [])
+        self.call_generic(L.conv(spec), [self.out(n)] + [self.ptr(s) for s in src], name,
+                          "conv_transpose", n.size * math.prod(w.shape[1:]))
+
+    def fast_conv(self, n: Node, x: Node, w: np.ndarray, bias: np.ndarray | None,
+                  at: Any, ep: Any, residual: Node | None, name: str) -> None:
+        fast = _fast_act(ep)
+        post = residual is not None or fast is None
+        act, lo, hi = _as_clip(("none", 0.0, 0.0) if post or fast is None else fast)
+        conv = C.Conv2d(np.ascontiguousarray(w, np.float32),
+                        None if bias is None else np.ascontiguousarray(bias, np.float32),
+                        at.strides, at.pads[:2], at.dilations, at.group,
+                        None if act == "none" else act, (lo, hi) if act == "clip" else None)
+        nb, cin, h, wd = x.shape
+        g = conv.geom(h, wd)
+        dst = self.out(n)
+        _, dbuf, doff = dst
+        xb, xoff = self.where(x)
+        fused: tuple[L.Instr, ...] = ()  # epilogue fused into the copy-out of padded GEMMs
+        if conv.depthwise:
+            geom = C.ConvGeom(1, *C.dataclass_fields(g)[1:])
+            dki = self.kernel(("depthwise", geom, act),
+                              lambda: D.depthwise_module(geom, act))
+            wb = self.const(conv.weight, "dw_weight")
+            bb = self.const(conv.bias, "dw_bias")
+            for i in range(nb):
+                call = Call(dki, "depthwise", "ppppllff", (
+                    ("b", xb, xoff + 4 * i * cin * h * wd), ("b", wb, 0), ("b", bb, 0),
+                    ("b", dbuf, doff + 4 * i * conv.cout * g.oh * g.ow), ("lo",), ("hi",),
+                    ("f", lo), ("f", hi)))
+                work = conv.cout * g.oh * g.ow * g.kh * g.kw
+                self.steps.append(Step(name, "conv_dw", [call], conv.cout,
+                                       work >= PARALLEL_MIN_MACS and self.threads > 1))
+        else:
+            npix = g.oh * g.ow
+            cfg = conv.cfg or G.choose_config(npix)
+            packed, pbias = conv._prepared(cfg)
+            panels = -(-npix // cfg.nr)
+            kdim = g.c * g.kh * g.kw
+            ik = self.kernel(("im2col", g, cfg.nr), lambda: C._im2col_module(g, cfg.nr))
+            gact: G.Act = "clip"
+            assert act == gact
+            gk = self.kernel(("gemm", cfg, "row", gact),
+                             lambda: G.build_module(cfg, "row", gact))
+            cg = conv.cout // conv.groups
+            mpad, npad = packed[0].panels * cfg.mr, panels * cfg.nr
+            padded = (mpad, npad) != (cg, npix)
+            col = self.buffer("arena", DType.FLOAT32, (panels, kdim, cfg.nr))
+            ybuf = self.buffer("arena", DType.FLOAT32, (mpad, npad)) if padded else None
+            if padded and post and conv.groups == 1:
+                fused = tuple(self.epilogue_program(ep, residual, n.dtype))
+            pas = [self.const(pa.data, "packed_w") for pa in packed]
+            bbs = [self.const(np.ascontiguousarray(pbias[i]), "bias") for i in
+                   range(conv.groups)]
+            big = cg * npix * kdim >= PARALLEL_MIN_MACS and self.threads > 1
+            # Few pixel panels (the late, small feature maps): split the GEMM over its output
+            # channels instead, after an im2col split over the panels.
+            msplit = big and panels < 4 * self.threads and packed[0].panels > panels
+            for i in range(nb):
+                for grp in range(conv.groups):
+                    xa = ("b", xb, xoff + 4 * (i * conv.cin + grp * g.c) * h * wd)
+                    ya = doff + 4 * (i * conv.cout + grp * cg) * npix
+                    im2col = Call(ik, "im2col_pack", "ppll", (xa, ("b", col, 0), ("lo",),
+                                                              ("hi",)))
+                    pa = packed[grp]
+                    mr_ = (("lo",), ("hi",), ("i", 0), ("i", panels)) if msplit else \
+                        (("i", 0), ("i", pa.panels), ("lo",), ("hi",))
+                    if ybuf is None:
+                        gemm = Call(gk, "gemm_packed", MACRO_SIG, (
+                            ("b", pas[grp], 0), ("b", col, 0), ("b", dbuf, ya),
+                            ("b", bbs[grp], 0), ("i", cg), ("i", npix), ("i", kdim),
+                            ("i", npix), *mr_, ("f", lo), ("f", hi)))
+                        copy = None
+                    else:
+                        gemm = Call(gk, "gemm_packed", MACRO_SIG, (
+                            ("b", pas[grp], 0), ("b", col, 0), ("b", ybuf, 0),
+                            ("b", bbs[grp], 0), ("i", mpad), ("i", npad), ("i", kdim),
+                            ("i", npad), *mr_, ("f", lo), ("f", hi)))
+                        # the epilogue the GEMM did not fuse runs in the copy-out
+                        prog = fused if conv.groups == 1 else ()
+                        pk = L.panel_copy(cg, npad, npix, cfg.nr, prog)
+                        res = [self.ptr(residual)] if prog and residual is not None else []
+                        if res:
+                            r = res[0]
+                            res = [("b", r[1], r[2] + 4 * i * conv.cout * npix)]
+                        copy = Call(self.kernel(pk.key, pk.build), pk.fname, pk.sig, (
+                            ("b", dbuf, ya), ("b", ybuf, 0), *res, ("lo",), ("hi",)))
+                    if msplit:
+                        self.steps.append(Step(name + ":im2col", "im2col", [im2col], panels,
+                                               kdim * npix >= PARALLEL_MIN_ELEMENTS
+                                               and panels > 1))
+                        self.steps.append(Step(name, "conv", [gemm], pa.panels, True))
+                        if copy is not None:
+                            self.steps.append(Step(name + ":copy", "copy", [copy], panels,
+                                                   cg * npix >= PARALLEL_MIN_ELEMENTS
+                                                   and panels > 1))
+                    else:
+                        calls = [im2col, gemm] + ([copy] if copy is not None else [])
+                        self.steps.append(Step(name, "conv", calls, panels,
+                                               big and panels > 1))
+        if post and not fused:
+            self.epilogue_step(n, ep, residual, name)
+
+    def op_max_pool(self, n: Node, name: str) -> None:
+        x = n.src[0]
+        a = _at(n)
+        kind: P.PoolKind = "max" if n.op is Op.MAX_POOL else "avg"
+        nsp = len(a.kernel)
+        if (x.dtype is DType.FLOAT32 and nsp == 2 and a.pads[:2] == a.pads[2:]
+                and a.dilations == (1, 1)):
+            geom = P.PoolGeom(x.shape[2], x.shape[3], a.kernel[0], a.kernel[1], a.strides[0],
+                              a.strides[1], a.pads[0], a.pads[1], a.count_include_pad)
+            # (larger pads crash LLVM's optimiser on pool.py's module: generic path for them)
+            if (geom.oh, geom.ow) == n.shape[2:] and 2 * a.pads[0] < a.kernel[0] \
+                    and 2 * a.pads[1] < a.kernel[1]:
+                kk = self.kernel(("pool", kind, geom), lambda: P._pool_module(kind, geom))
+                planes = x.shape[0] * x.shape[1]
+                call = Call(kk, "pool", "ppll", (self.ptr(x), self.out(n), ("lo",), ("hi",)))
+                self.steps.append(Step(name, n.op.value, [call], planes,
+                                       n.size >= PARALLEL_MIN_ELEMENTS // 4 and planes > 1))
+                return
+        spec = L.PoolSpec(kind, x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
+                          a.dilations, a.count_include_pad)
+        self.call_generic(L.pool(spec), [self.out(n), self.ptr(x)], name, n.op.value,
+                          n.size * math.prod(a.kernel))
+
+    op_avg_pool = op_max_pool
+
+    def op_lp_pool(self, n: Node, name: str) -> None:
+        x = n.src[0]
+        a = _at(n)
+        pa = a.pool
+        if not x.dtype.is_float:
+            raise Unsupported(f"lp_pool of {x.dtype.value}")
+        spec = L.PoolSpec("lp", x.dtype, x.shape, n.shape, pa.kernel, pa.strides, pa.pads,
+                          pa.dilations, False, False, a.p)
+        self.call_generic(L.pool(spec), [self.out(n), self.ptr(x)], name, "lp_pool",
+                          n.size * math.prod(pa.kernel))
+
+    def op_lrn(self, n: Node, name: str) -> None:
+        x = n.src[0]
+        a = _at(n)
+        k = L.lrn(n.dtype, x.shape[0], x.shape[1], math.prod(x.shape[2:]), a.size, a.alpha,
+                  a.beta, a.bias)
+        self.call_generic(k, [self.out(n), self.ptr(x)], name, "lrn", n.size * a.size)
+
+    def op_max_pool_index(self, n: Node, name: str) -> None:
+        x = n.src[0]
+        a = _at(n)
+        spec = L.PoolSpec("index", x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
+                          a.dilations, False, a.column_major)
+        self.call_generic(L.pool(spec), [self.out(n), self.ptr(x)], name, "max_pool_index",
+                          n.size * math.prod(a.kernel))
+
+    # -- integer and quantised ------------------------------------------------------------------
+    def op_matmul_integer(self, n: Node, name: str) -> None:
+        a, b, az, bz = n.src
+        self._int_matmul(n, a, b, az, bz, None, name)
+
+    def op_qlinear_matmul(self, n: Node, name: str) -> None:
+        x, xs, xz, w, ws, wz, ys, yz = n.src
+        self._int_matmul(n, x, w, xz, wz, (xs, ws, ys, yz), name)
+
+    def _int_matmul(self, n: Node, a: Node, b: Node, az: Node, bz: Node,
+                    q: tuple[Node, ...] | None, name: str) -> None:
+        extra: dict[str, Any] = dict(zero_points=True, azp_str=1 if az.size > 1 else 0,
+                                     bzp_str=1 if bz.size > 1 else 0, zp_dt=(az.dtype, bz.dtype))
+        if q is not None:
+            extra.update(requant=True, xs_str=1 if q[0].size > 1 else 0,
+                         ws_str=1 if q[1].size > 1 else 0, scale_dt=q[0].dtype)
+        ar, br = a.rank, b.rank
+        if ar < 2 or br < 2:
+            raise Unsupported("integer matmul of vectors")
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        m, k = a.shape[-2:]
+        nn = b.shape[-1]
+        sa, sb = _strides(a.shape), _strides(b.shape)
+        ast = [s * m * k if s else 0 for s in L.broadcast_strides(a.shape[:-2], batch)]
+        bst = [s * k * nn if s else 0 for s in L.broadcast_strides(b.shape[:-2], batch)]
+        spec = L.MatmulSpec(a.dtype, b.dtype, n.dtype, batch, m, nn, k,
+                            (*ast, sa[-2], sa[-1]), (*bst, sb[-2], sb[-1]), **extra)
+        ptrs = [self.ptr(az), self.ptr(bz)] + ([self.ptr(v) for v in q] if q else [])
+        self._matmul_call(n, spec, [a, b], name, ptrs)
+
+    def op_conv_integer(self, n: Node, name: str) -> None:
+        x, w, xz, wz = n.src
+        self._int_conv(n, x, w, xz, wz, None, None, name)
+
+    def op_qlinear_conv(self, n: Node, name: str) -> None:
+        x, xs, xz, w, ws, wz, ys, yz = n.src[:8]
+        bias = n.src[8] if len(n.src) == 9 else None
+        self._int_conv(n, x, w, xz, wz, (xs, ws, ys, yz), bias, name)
+
+    def _int_conv(self, n: Node, x: Node, w: Node, xz: Node, wz: Node,
+                  q: tuple[Node, ...] | None, bias: Node | None, name: str) -> None:
+        at = _at(n)
+        spec = L.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
+                          at.pads, at.dilations, at.group,
+                          bias.dtype if bias is not None else None,
+                          (xz.dtype, wz.dtype, 1 if wz.size > 1 else 0),
+                          (0, 1 if q[1].size > 1 else 0) if q else None)
+        src = [x, w] + ([bias] if bias is not None else []) + [xz, wz] + (list(q) if q else [])
+        self.call_generic(L.conv(spec), [self.out(n)] + [self.ptr(s) for s in src], name,
+                          n.op.value, n.size * math.prod(w.shape[1:]) // 8)
+
+
+def _fast_act(ep: Any) -> tuple[str, float, float] | None:
+    """The packed kernels' epilogue for an Epilogue: ("none" | "relu" | "clip", lo, hi), or
+    None when its activation needs the generic path."""
+    if ep is None or ep.activation is None:
+        return ("none", 0.0, 0.0)
+    if ep.activation == "relu":
+        return ("relu", 0.0, 0.0)
+    if ep.activation == "clip":
+        lo = -math.inf if ep.clip_min is None else float(ep.clip_min)
+        hi = math.inf if ep.clip_max is None else float(ep.clip_max)
+        return ("clip", lo, hi)
+    return None
+
+
+def _as_clip(act: tuple[str, float, float]) -> tuple[str, float, float]:
+    """none / relu as a clip with run-time bounds: one compiled GEMM per blocking and bias
+    mode serves every activation (each GEMM module takes ~0.7 s to optimise)."""
+    kind, lo, hi = act
+    if kind == "none":
+        return ("clip", -math.inf, math.inf)
+    if kind == "relu":
+        return ("clip", 0.0, math.inf)
+    return act
