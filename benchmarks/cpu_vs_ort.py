@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/cpu_vs_ort.py [--threads 2] [--repeat 50]
 
 Prints, per model: our compile time (ONNX → artifact with object code), the median latency of
-ours and of onnxruntime (intra_op_num_threads = threads), and the ratio ours / onnxruntime.
+ours and of onnxruntime (intra_op_num_threads = threads; the runs of the two alternate), and
+the ratio ours / onnxruntime.
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ import time
 import numpy as np
 
 
-def _median_ms(fn, repeat: int) -> float:
+def _median_ms(fns, repeat: int) -> list[float]:
+    """Median latency of each of `fns`, their runs interleaved (a, b, a, b, ...) so that a
+    change in the machine's load affects both alike."""
     for _ in range(5):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [1e3 * statistics.median(ts) for ts in times]
 
 
 def main() -> None:
@@ -52,8 +57,8 @@ def main() -> None:
         x = np.random.default_rng(0).standard_normal(
             sess.get_inputs()[0].shape).astype(np.float32)
         feeds = {sess.get_inputs()[0].name: x}
-        ours = _median_ms(lambda s=sess, f=feeds: s.run(None, f), args.repeat)
-        theirs = _median_ms(lambda r=ref, f=feeds: r.run(None, f), args.repeat)
+        ours, theirs = _median_ms([lambda s=sess, f=feeds: s.run(None, f),
+                                   lambda r=ref, f=feeds: r.run(None, f)], args.repeat)
         print(f"{name:14s} {compile_s:9.2f} {ours:9.2f} {theirs:9.2f} {ours / theirs:7.2f}")
 
 
