@@ -194,11 +194,12 @@ class GraphExecutor:
 
 
 def _parts(extent: int, threads: int) -> int:
-    """How many parts a split step of `extent` is cut into: `CHUNKS_PER_THREAD` per thread
-    when each part still gets several units, else one per thread."""
+    """How many parts a split step of `extent` is cut into: `CHUNKS_PER_THREAD` per thread, or
+    one per unit of a smaller extent (more parts than threads let the others take over the work
+    of a thread that is slow or descheduled)."""
     if threads <= 1:
         return 1
-    return threads * CHUNKS_PER_THREAD if extent >= 4 * threads * CHUNKS_PER_THREAD else threads
+    return min(extent, threads * CHUNKS_PER_THREAD)
 
 
 def _bind(calls: list[tuple[Any, tuple]]) -> Callable[[], None]:
