@@ -2,12 +2,13 @@
 
 MIN, MAX, ADD, MUL (low 32 bits of the product) and SHR: ``b >= 0`` is an arithmetic right
 shift by ``min(b, 31)``; ``b < 0`` a left shift by ``-b``, 0 when ``-b >= 32`` (docs/timing.md
-§8). Every result wraps to int32.
+§8). Every result wraps to int32. One adder serves ADD, MIN and MAX; one multiplier serves MUL
+and both shifts.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,31 +22,40 @@ def alu_lane(m: Module, op, a, b, name: str = "alu"):
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
+    # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
+    sub = Signal(name=f"{name}_sub")
+    m.d.comb += sub.eq((op == AluOp.MIN) | (op == AluOp.MAX))
+    a33, b33 = Cat(a, a[31]), Cat(b, b[31])
+    total = Signal(33, name=f"{name}_sum")
+    m.d.comb += total.eq((Cat(sub, a33) + Cat(sub, b33 ^ sub.replicate(33)))[1:])
+    lt = total[32]
+    # Shifts go through the multiplier (a DSP block): a << n is the low word of a * 2**n,
+    # and a logical right shift is a left shift of the bit-reversed operand, reversed back;
+    # an arithmetic one XORs the sign in and out (a >> n = ((a ^ s) >>> n) ^ s).
     neg = b[31]
-    # One barrel shifter for both directions (half the LUTs of two): a left shift by n is a
-    # logical right shift by n of the bit-reversed operand, reversed back.
-    nb = Signal(32, name=f"{name}_nb")
-    m.d.comb += nb.eq(-b)
     amt = Signal(5, name=f"{name}_amt")
-    m.d.comb += amt.eq(Mux(neg, nb[:5], Mux(b[5:31].any(), 31, b[:5])))
-    src = Mux(neg, Cat(*reversed(list(a[:32]))), a)
-    fill = Mux(neg, 0, a[31])
-    shifted = Signal(32, name=f"{name}_sh")
-    m.d.comb += shifted.eq((Cat(src, fill.replicate(32)) >> amt)[:32])
-    left = Mux(nb[5:].any(), 0, Cat(*reversed(list(shifted))))
-    lt = Signal(name=f"{name}_lt")
-    m.d.comb += lt.eq(a < b)
+    # -b for b < 0 (its low five bits), min(b, 31) for b >= 0
+    m.d.comb += amt.eq(Mux(neg, (~b[:5]) + 1, Mux(b[5:31].any(), 31, b[:5])))
+    big_left = neg & (~b[5:31].all() | (b[:5] == 0))  # -b >= 32: the result is 0
+    is_shr = op == AluOp.SHR
+    right = Signal(name=f"{name}_right")
+    m.d.comb += right.eq(is_shr & ~neg)
+    sign = a[31].replicate(32)
+    ma = Signal(32, name=f"{name}_ma")
+    mb = Signal(32, name=f"{name}_mb")
+    m.d.comb += [
+        ma.eq(Mux(right, Cat(*reversed(list((a ^ sign)[:32]))), a)),
+        mb.eq(Mux(is_shr, Mux(big_left, 0, Const(1, 32) << amt), b)),
+    ]
+    prod = Signal(32, name=f"{name}_prod")
+    m.d.comb += prod.eq((ma * mb)[:32])
     with m.Switch(op):
-        with m.Case(AluOp.MIN):
-            m.d.comb += r.eq(Mux(lt, a, b))
-        with m.Case(AluOp.MAX):
-            m.d.comb += r.eq(Mux(lt, b, a))
+        with m.Case(AluOp.MIN, AluOp.MAX):
+            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
         with m.Case(AluOp.ADD):
-            m.d.comb += r.eq(a + b)
-        with m.Case(AluOp.SHR):
-            m.d.comb += r.eq(Mux(neg, left, shifted))
-        with m.Case(AluOp.MUL):
-            m.d.comb += r.eq((a * b)[:32])
+            m.d.comb += r.eq(total[:32])
+        with m.Case(AluOp.SHR, AluOp.MUL):
+            m.d.comb += r.eq(Mux(right, Cat(*reversed(list(prod))) ^ sign, prod))
     return r
 
 

@@ -377,12 +377,13 @@ PRESETS: dict[str, HwConfig] = {
     # buffers need a read and a write port in the same cycle (the GEMM pipeline, load/store
     # overlapping compute), so they live in EBR, not SPRAM: 2 KiB UOP (512 micro-ops) + 2 KiB
     # INP + 2 KiB WGT + 4 KiB ACC + 1 KiB OUT = 88 kbit (24 EBRs with the banking, measured
-    # by synth_ice40). A command queue entry is
-    # 128 bits (8 EBRs wide), so the queues hold one instruction each, in registers. 1x1x1: one
-    # DSP for GEMM, three for the ALU's MUL; LUTs are the scarce resource (docs/hardware.md).
+    # by synth_ice40). A command queue entry is 128 bits (8 EBRs wide), so the queues hold one
+    # instruction each, in registers. 1x1x1: one DSP for GEMM, three for the ALU's MUL; LUTs
+    # are the scarce resource (docs/hardware.md). 12 MHz: the UP5K boards' oscillator
+    # (iCEBreaker); nextpnr closes timing at about 14 MHz.
     "ice40": HwConfig(log_block_in=0, log_block_out=0, log_uop_buff_size=11,
                       log_inp_buff_size=11, log_wgt_buff_size=11, log_acc_buff_size=12,
-                      log_bus_width=5, clock_mhz=24, mem_read_latency_cycles=8,
+                      log_bus_width=5, clock_mhz=12, mem_read_latency_cycles=8,
                       mem_max_burst_beats=8, cmd_queue_depth=1, dep_queue_depth=16),
     # A big core for large FPGAs (UltraScale+ class): 1x32x32 on a 128-bit bus.
     "large": HwConfig(log_block_in=5, log_block_out=5, log_uop_buff_size=15,

@@ -11,16 +11,48 @@ In one cycle ``c``, in this order (all combinational, so the chain below happens
 
 The pushes and finishes depend on registers only, the pops on other units' pushes; there is no
 combinational loop between units.
+
+Where the instruction comes from: with a command queue of more than one entry, ``cand`` is the
+queue's head in the cycle the unit takes it and the unit's own register afterwards (a
+multiplexer). With one entry (``cmd_write``: the queue's write port), the unit's register
+*follows* the queue whenever the unit does not need its instruction in the next cycle: before
+a take, and from the cycle before a finish (``finish_next``; a datapath reads no instruction
+field in its finish cycle). Following means copying what is written into the queue, or the
+queue's head if it was written while the register was busy. So the register already holds the
+head when the unit takes it and ``cand`` is the register itself (no multiplexer in front of
+the datapath, and the register packs with its input multiplexer on FPGAs); the running
+instruction's push flags are kept apart for its finish.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data
+from amaranth.lib.wiring import In, Out
 
-__all__ = ["UnitControl", "unit_control"]
+from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.isa import INSN_WIDTH_BITS
+
+__all__ = ["UnitControl", "unit_control", "cmd_members", "cmd_lookahead"]
+
+
+def cmd_members(cfg: HwConfig) -> dict:
+    """A unit's command-queue ports: ``cmd_valid``, ``cmd_data`` (the head), ``cmd_take`` and,
+    with a one-entry queue, ``cmd_w_en``, ``cmd_w_data`` (the queue's write port, snooped)."""
+    members = {"cmd_valid": In(1), "cmd_data": In(INSN_WIDTH_BITS), "cmd_take": Out(1)}
+    if cfg.cmd_queue_depth == 1:
+        members.update({"cmd_w_en": In(1), "cmd_w_data": In(INSN_WIDTH_BITS)})
+    return members
+
+
+def cmd_lookahead(unit, finish_next: Value) -> dict:
+    """The keyword arguments of :func:`unit_control` for ``unit`` (a component with
+    :func:`cmd_members` and a ``cfg``): the register-only path with a one-entry queue."""
+    if unit.cfg.cmd_queue_depth == 1:
+        return {"cmd_write": (unit.cmd_w_en, unit.cmd_w_data), "finish_next": finish_next}
+    return {}
 
 IDLE, WAIT, BUSY, PUSH = range(4)
 
@@ -28,8 +60,8 @@ IDLE, WAIT, BUSY, PUSH = range(4)
 @dataclass
 class UnitControl:
     start: Signal      # the candidate instruction starts in this cycle
-    cand: data.View    # (128-bit view) the instruction taken now or waiting for tokens
-    insn: Signal       # the instruction in progress (registered at take)
+    cand: data.View    # (128-bit view) the instruction taken now, waiting, or running
+    insn: Signal       # the unit's instruction register
     busy: Value        # an instruction has started and not finished
     idle: Value        # no instruction (taken, running or pushing)
     state: Signal
@@ -37,29 +69,43 @@ class UnitControl:
 
 def unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Value, take: Signal,
                  pops: list[tuple[str, Value, Signal]], pushes: list[tuple[str, Value, Signal]],
-                 finish: Value) -> UnitControl:
+                 finish: Value, *, cmd_write: tuple[Value, Value] | None = None,
+                 finish_next: Value | None = None) -> UnitControl:
     """Add a unit's control to ``m``.
 
     ``pops``/``pushes`` are ``(flag name, available / can_push, pop / push strobe)`` for the
     token queues of this unit; ``finish`` is high in the finish cycle of a started instruction.
+    ``cmd_write`` (a one-entry command queue's write enable and data) and ``finish_next``
+    (``finish`` will be high in the next cycle) select the register-only instruction path.
     """
+    if (cmd_write is None) != (finish_next is None):
+        raise ValueError("unit_control: cmd_write and finish_next go together")
     state = Signal(range(4), name=f"{name}_state")
-    insn = Signal(128, name=f"{name}_insn")
-    iv = data.View(layout, insn)
+    insn = Signal(INSN_WIDTH_BITS, name=f"{name}_insn")
     fin = Signal(name=f"{name}_fin")
     m.d.comb += fin.eq(((state == BUSY) & finish) | (state == PUSH))
+    # the push flags of the instruction that finishes
+    if cmd_write is None:
+        flags = data.View(layout, insn)
+        push_flag = {flag: getattr(flags, flag) for flag, _, _ in pushes}
+    else:
+        saved = Signal(len(pushes), name=f"{name}_push_flags")
+        push_flag = {flag: saved[k] for k, (flag, _, _) in enumerate(pushes)}
     ready = Signal(name=f"{name}_push_ready")
     m.d.comb += ready.eq(1)
     for flag, ok, _ in pushes:
-        with m.If(getattr(iv, flag) & ~ok):
+        with m.If(push_flag[flag] & ~ok):
             m.d.comb += ready.eq(0)
     pushed = fin & ready
     for flag, _, strobe in pushes:
-        m.d.comb += strobe.eq(pushed & getattr(iv, flag))
+        m.d.comb += strobe.eq(pushed & push_flag[flag])
     free = (state == IDLE) | pushed
     m.d.comb += take.eq(free & cmd_valid)
-    cand_bits = Signal(128, name=f"{name}_cand")
-    m.d.comb += cand_bits.eq(Mux(take, cmd_data, insn))
+    cand_bits = Signal(INSN_WIDTH_BITS, name=f"{name}_cand")
+    if cmd_write is None:
+        m.d.comb += cand_bits.eq(Mux(take, cmd_data, insn))
+    else:
+        m.d.comb += cand_bits.eq(insn)
     cand = data.View(layout, cand_bits)
     have = take | (state == WAIT)
     tok = Signal(name=f"{name}_tokens_ready")
@@ -71,8 +117,26 @@ def unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Value
     m.d.comb += start.eq(have & tok)
     for flag, _, strobe in pops:
         m.d.comb += strobe.eq(start & getattr(cand, flag))
-    with m.If(take):
-        m.d.sync += insn.eq(cmd_data)
+    if cmd_write is None:
+        with m.If(take):
+            m.d.sync += insn.eq(cmd_data)
+    else:
+        # the instruction is needed in the next cycle: it waits, or it runs and does not
+        # finish in the next cycle
+        needed = (have & ~start) | ((start | ((state == BUSY) & ~fin)) & ~finish_next)
+        # stale: the queue took an instruction while the register held the unit's own (the
+        # queue is full until the unit takes it, so no write coincides with the reload)
+        w_en, w_data = cmd_write
+        stale = Signal(name=f"{name}_stale")
+        with m.If(~needed):
+            with m.If(stale):
+                m.d.sync += [insn.eq(cmd_data), stale.eq(0)]
+            with m.Elif(w_en):
+                m.d.sync += insn.eq(w_data)
+        with m.Elif(w_en):
+            m.d.sync += stale.eq(1)
+        with m.If(start):
+            m.d.sync += saved.eq(Cat(*[getattr(cand, flag) for flag, _, _ in pushes]))
     with m.If(start):
         m.d.sync += state.eq(BUSY)
     with m.Elif(take):

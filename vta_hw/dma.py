@@ -9,24 +9,40 @@ smaller than a beat, one element per ``E/W`` beats otherwise). The transfer fini
 the cycle after its last beat; the padding elements are then written one per cycle, at
 ``F .. F+P-1``, and the instruction finishes at ``F + P`` (``finish`` is high in that cycle).
 Padding of a block with ``y_size = 0`` starts at ``s + 1``; ``x_size = 0`` finishes at
-``s + 1``. The padding is written as contiguous SRAM segments: the top rows with the first row's
-left pad, the gap between consecutive data rows (right pad + next left pad), and the last row's
-right pad with the bottom rows.
+``s + 1``. The padding is written as contiguous SRAM segments, in this order: the last row's
+right pad with the bottom rows, the top rows with the first row's left pad, and the gaps
+between consecutive data rows (right pad + next left pad). (The order is not observable: data
+effects take place at the finish cycle, docs/timing.md §4.)
+
+Area (the iCE40 preset has to fit 5,280 logic cells): DRAM addresses are walked as one 32-bit
+byte address per row plus a beat count, and a row's beat count is
+``((a mod W) + n - 1) / W + 1``, an adder as wide as ``x_size`` rather than a 32-bit span.
+SRAM indices are computed modulo ``2**idx_bits`` (the buffer's index width; the SRAM drops
+the bits above it anyway), as one running index that steps by a beat's lanes, over the gap
+between rows, or by one padding element. A LOAD that vta_sim accepts has its padded block
+inside the buffer, so sizes, rows and padding counts fit ``idx_bits + 1`` bits. The padding is
+walked with counters (a partial row, then whole rows of ``x_pad_0 + x_size + x_pad_1``
+elements), so its length ``P`` is never multiplied out.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
+from vtakit.vta_hw.mem_port import ADDR_BITS
 
-__all__ = ["ReadDMA", "elem_bytes", "lanes_of", "small_mul"]
+__all__ = ["ReadDMA", "ElemSizes", "row_requests", "elem_bytes", "lanes_of", "log_depth",
+           "small_mul", "IDX_BITS", "ADDR_BITS"]
 
-IDX_BITS = 16  # SRAM element indices (sram_base is 16 bits)
+IDX_BITS = isa.SRAM_ADDR_BITS  # SRAM element indices on the units' ports (sram_base's width)
 
 
 def elem_bytes(cfg: HwConfig, mt: MemType) -> int:
@@ -34,6 +50,13 @@ def elem_bytes(cfg: HwConfig, mt: MemType) -> int:
     return {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes,
             MemType.INP: cfg.inp_elem_bytes, MemType.ACC: cfg.acc_elem_bytes,
             MemType.OUT: cfg.out_elem_bytes, MemType.ACC_8BIT: cfg.batch * cfg.block_out}[mt]
+
+
+def log_depth(cfg: HwConfig, mt: MemType) -> int:
+    """log2 of the elements of the buffer that ``mt`` loads into or stores from."""
+    return {MemType.UOP: cfg.log_uop_depth, MemType.WGT: cfg.log_wgt_depth,
+            MemType.INP: cfg.log_inp_depth, MemType.ACC: cfg.log_acc_depth,
+            MemType.OUT: cfg.log_out_depth, MemType.ACC_8BIT: cfg.log_acc_depth}[mt]
 
 
 def lanes_of(cfg: HwConfig, mt: MemType) -> int:
@@ -46,11 +69,118 @@ def _log2(n: int) -> int:
 
 
 def small_mul(a, b, width: int):
-    """``a * b`` for a narrow ``a`` (a pad count) as a sum of shifted ``b``: no multiplier."""
+    """``a * b`` modulo ``2**width`` for a narrow ``a`` (a pad count) as a sum of shifted
+    ``b``: no multiplier."""
     acc = Const(0, width)
     for i in range(len(a)):
         acc = acc + Mux(a[i], b << i, 0)
     return acc[:width]
+
+
+@dataclass
+class ElemSizes:
+    """The element size of the memory type ``mt`` among ``targets``, as the hardware sees it:
+    ``sel[le]`` is high when the element is ``2**le`` bytes. Helpers give per-size values.
+
+    ``rem1(off)`` is the number of bus words of a row of ``x_size`` elements starting at byte
+    ``off`` of its first word, minus one, and the byte offset of its last byte in its last word:
+    ``((off + x_size*E - 1) >> lw, (off + x_size*E - 1) mod W)`` (docs/timing.md §2's
+    ``beats(row) - 1``). ``off`` is 0 when elements are at least a bus word.
+    """
+
+    cfg: HwConfig
+    sel: dict[int, Value]
+    x_minus_1: Value
+
+    @classmethod
+    def build(cls, m: Module, cfg: HwConfig, mt: Value, targets: tuple[MemType, ...],
+              x_size: Value, name: str) -> ElemSizes:
+        sel: dict[int, Value] = {}
+        for t in targets:
+            le = _log2(elem_bytes(cfg, t))
+            sel[le] = (sel[le] | (mt == t)) if le in sel else (mt == t)
+        xm1 = Signal(len(x_size), name=f"{name}_x_minus_1")
+        m.d.comb += xm1.eq(x_size - 1)
+        return cls(cfg, sel, xm1)
+
+    @property
+    def sizes(self) -> list[int]:
+        return sorted(self.sel)
+
+    def pick(self, f) -> Value:
+        """``f(le)`` for the current element size ``2**le`` bytes."""
+        les = self.sizes
+        out = f(les[0])
+        for le in les[1:]:
+            out = Mux(self.sel[le], f(le), out)
+        return out
+
+    def to_bytes(self, elems: Value, width: int = ADDR_BITS) -> Value:
+        """``elems * E`` modulo ``2**width``."""
+        return self.pick(lambda le: (elems << le)[:width])
+
+    def rem1(self, off: Value) -> tuple[Value, Value]:
+        lw = _log2(self.cfg.bus_bytes)
+
+        def row_sum(le):  # off + x_size*E - 1
+            nm1 = Cat(Const((1 << le) - 1, le), self.x_minus_1)
+            return (off + nm1) if le < lw else nm1
+
+        s = self.pick(row_sum)
+        return s[lw:], s[:lw]
+
+
+def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, comb: bool,
+                 active: Value, a0: Value, rows: Value, stride: Value, rem1,
+                 grant: Value) -> tuple[Value, Value, Value]:
+    """Add the request side of a 2-D transfer (docs/timing.md §2) to ``m``.
+
+    On ``load`` the walk starts at the row whose first byte is ``a0`` (32-bit byte address),
+    with ``rows`` rows ``stride`` bytes apart, if ``active``; ``rem1(off)`` gives a row's
+    beats minus one (:meth:`ElemSizes.rem1`). The first burst is requested in the ``load``
+    cycle itself when ``comb`` (a read DMA), else from the next cycle (the store). Each row's
+    words are cut into bursts at multiples of ``M`` beats; a burst is requested until
+    ``grant``. Returns ``(req, addr, beats)`` for the memory port.
+    """
+    W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
+    lw, lm = _log2(W), _log2(M)
+    q_active = Signal(name=f"{name}_q_active")
+    q_a = Signal(ADDR_BITS, name=f"{name}_q_row")  # byte address of the current row
+    q_rows = Signal(len(rows), name=f"{name}_q_rows")  # rows left, the current one included
+    rem_row, _ = rem1(q_a[:lw])
+    q_pos = Signal(len(rem_row), name=f"{name}_q_pos")  # beats of the row already granted
+    if comb:
+        c_active, c_a = Mux(load, active, q_active), Mux(load, a0, q_a)
+        c_rows, c_pos = Mux(load, rows, q_rows), Mux(load, 0, q_pos)
+    else:
+        c_active, c_a, c_rows, c_pos = q_active, q_a, q_rows, q_pos
+    word = Signal(ADDR_BITS - lw, name=f"{name}_word")
+    m.d.comb += word.eq(c_a[lw:] + c_pos)
+    rem_c, _ = rem1(c_a[:lw])
+    rem = Signal(len(q_pos), name=f"{name}_rem")  # beats of the row after this burst's first
+    m.d.comb += rem.eq(rem_c - c_pos)
+    room = Signal(range(1, M + 1), name=f"{name}_room")  # beats to the next M-beat boundary
+    m.d.comb += room.eq(M - word[:lm]) if lm else room.eq(1)
+    row_end = Signal(name=f"{name}_row_end")  # this burst is the row's last
+    m.d.comb += row_end.eq((rem[lm + 1:] == 0) & (rem[:lm + 1] < room))
+    burst = Signal(range(1, M + 1), name=f"{name}_burst")
+    m.d.comb += burst.eq(Mux(row_end, rem[:lm + 1] + 1, room))
+    req = Signal(name=f"{name}_req")
+    m.d.comb += req.eq(c_active)
+    # next state; "x + (d & enable)" rather than a multiplexer after the adder
+    took = grant & c_active
+    next_row = Signal(name=f"{name}_next_row")
+    m.d.comb += next_row.eq(took & row_end)
+    m.d.sync += [
+        q_a.eq(c_a + (stride & next_row.replicate(len(stride)))),
+        q_pos.eq(Mux(next_row, 0, c_pos + (burst & took.replicate(len(burst))))),
+        q_rows.eq(c_rows - next_row),
+        q_active.eq(Mux(next_row, c_rows != 1, c_active)),
+    ]
+    if not comb:
+        with m.If(load):
+            m.d.sync += [q_active.eq(active), q_a.eq(a0), q_rows.eq(rows), q_pos.eq(0)]
+    return req, Cat(Const(0, lw), word), burst
 
 
 class ReadDMA(wiring.Component):
@@ -60,16 +190,22 @@ class ReadDMA(wiring.Component):
     ----------
     cfg : HwConfig
     targets : tuple of MemType
-        The memory types this DMA serves; target ``i`` gets write lanes ``w{i}_*`` of
-        ``lanes_of(cfg, t)`` elements of ``8 * elem_bytes(cfg, t)`` bits.
+        The memory types this DMA serves; target ``i`` gets write lanes ``w{i}_en``,
+        ``w{i}_data`` of ``lanes_of(cfg, t)`` elements of ``8 * elem_bytes(cfg, t)`` bits, lane
+        ``k`` at SRAM index ``w{i}_addr + k`` (all targets share one index).
 
     Attributes
     ----------
     start : In
         The instruction on ``insn`` starts in this cycle (a LOAD whose ``memory_type`` is one
         of ``targets``).
+    insn : In
+        The instruction; it must stay on ``insn`` from ``start`` to the cycle before
+        ``finish`` (the units' control holds it in a register).
     finish : Out
         High in the instruction's finish cycle.
+    finish_next : Out
+        ``finish`` will be high in the next cycle.
     req, addr, beats, grant : memory-port client (read).
     rd_valid, rd_data : the client's returning beats.
     """
@@ -81,219 +217,216 @@ class ReadDMA(wiring.Component):
             raise ValueError(f"ReadDMA: targets must be a non-empty tuple of MemType, "
                              f"got {targets!r}")
         self.cfg, self.targets = cfg, tuple(targets)
+        self.idx_bits = max(1, *(log_depth(cfg, t) for t in self.targets))
         members = {
-            "start": In(1), "insn": In(128), "finish": Out(1), "active": Out(1),
-            "req": Out(1), "addr": Out(32), "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
+            "start": In(1), "insn": In(isa.INSN_WIDTH_BITS), "finish": Out(1),
+            "finish_next": Out(1), "active": Out(1),
+            "req": Out(1), "addr": Out(ADDR_BITS),
+            "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
             "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
         }
         for i, t in enumerate(self.targets):
             r, eb = lanes_of(cfg, t), elem_bytes(cfg, t)
             members[f"w{i}_en"] = Out(data.ArrayLayout(1, r))
-            members[f"w{i}_addr"] = Out(data.ArrayLayout(unsigned(IDX_BITS), r))
+            members[f"w{i}_addr"] = Out(self.idx_bits)
             members[f"w{i}_data"] = Out(data.ArrayLayout(unsigned(8 * eb), r))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        lay = insn_layouts(cfg).mem
-        W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
-        lw, lm = _log2(W), _log2(M)
-        reg = Signal(128)
-        with m.If(self.start):
-            m.d.sync += reg.eq(self.insn)
-        cur = data.View(lay, Signal(128))
-        m.d.comb += cur.as_value().eq(Mux(self.start, self.insn, reg))
-        mt = cur.memory_type
-
-        def shl_e(v, width=40):
-            """``v * E(memory_type)`` (bytes)."""
-            out = Const(0, width)
-            for t in self.targets:
-                out = Mux(mt == t, v << _log2(elem_bytes(cfg, t)), out)
-            return out[:width]
-
-        def span(row_elem):
-            """(first, last) bus word of a row starting at element ``row_elem``."""
-            a = shl_e(row_elem)
-            n = shl_e(cur.x_size)
-            return (a >> lw)[:32], ((a + n - 1) >> lw)[:32]
-
-        x, y = cur.x_size, cur.y_size
+        cur = data.View(insn_layouts(cfg).mem, self.insn)
+        W = cfg.bus_bytes
+        lw = _log2(W)
+        iw = self.idx_bits
+        # A LOAD that vta_sim accepts has (y_pad_0 + y_size + y_pad_1) * (x_pad_0 + x_size +
+        # x_pad_1) <= the buffer's depth (or x_size = 0), so sizes and counts fit idx_bits + 1
+        # bits; the zero tests use the whole fields.
+        nb = iw + 1
+        x_any, y_any = cur.x_size != 0, cur.y_size != 0
+        x, y = cur.x_size[:nb], cur.y_size[:nb]
         x0, x1, y0, y1 = cur.x_pad_0, cur.x_pad_1, cur.y_pad_0, cur.y_pad_1
-        cols = Signal(18)
+        sizes = ElemSizes.build(m, cfg, cur.memory_type, self.targets, x, "dma")
+        stride = Signal(ADDR_BITS)
+        m.d.comb += stride.eq(sizes.to_bytes(cur.x_stride))
+        cols = Signal(nb)  # x_pad_0 + x_size + x_pad_1
         m.d.comb += cols.eq(x0 + x + x1)
 
         # ---- request side ----------------------------------------------------------------
-        q_active = Signal()
-        q_row = Signal(32)
-        q_rows = Signal(16)
-        q_cur = Signal(32)
-        q_last = Signal(32)
-        c_active, c_row, c_rows = Signal(), Signal(32), Signal(16)
-        c_cur, c_last = Signal(32), Signal(32)
-        f0, l0 = span(cur.dram_base)
-        with m.If(self.start):
-            m.d.comb += [c_active.eq((x != 0) & (y != 0)), c_row.eq(cur.dram_base), c_rows.eq(y),
-                         c_cur.eq(f0), c_last.eq(l0)]
-        with m.Else():
-            m.d.comb += [c_active.eq(q_active), c_row.eq(q_row), c_rows.eq(q_rows),
-                         c_cur.eq(q_cur), c_last.eq(q_last)]
-        room = Signal(range(M + 1))
-        m.d.comb += room.eq(M - c_cur[:lm]) if lm else room.eq(1)
-        rest = Signal(33)
-        m.d.comb += rest.eq(c_last - c_cur + 1)
-        burst = Signal(range(M + 1))
-        m.d.comb += burst.eq(Mux(rest < room, rest, room))
-        m.d.comb += [self.req.eq(c_active), self.addr.eq((c_cur << lw)[:32]),
-                     self.beats.eq(burst)]
-        m.d.sync += [q_active.eq(c_active), q_row.eq(c_row), q_rows.eq(c_rows),
-                     q_cur.eq(c_cur), q_last.eq(c_last)]
-        nrow = Signal(32)
-        m.d.comb += nrow.eq(c_row + cur.x_stride)
-        nf, nl = span(nrow)
-        with m.If(self.grant & c_active):
-            with m.If(c_cur + burst > c_last):
-                m.d.sync += [q_row.eq(nrow), q_rows.eq(c_rows - 1), q_active.eq(c_rows != 1),
-                             q_cur.eq(nf), q_last.eq(nl)]
-            with m.Else():
-                m.d.sync += q_cur.eq(c_cur + burst)
+        req, addr, beats = row_requests(
+            m, "rq", cfg, load=self.start, comb=True, active=x_any & y_any,
+            a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
+            grant=self.grant)
+        m.d.comb += [self.req.eq(req), self.addr.eq(addr), self.beats.eq(beats)]
 
         # ---- receive side ----------------------------------------------------------------
-        XFER, PAD, FIN, IDLE = 1, 2, 3, 0
+        IDLE, XFER, PAD, FIN = 0, 1, 2, 3
         ph = Signal(2)
-        m.d.comb += [self.finish.eq(ph == FIN), self.active.eq(ph != IDLE)]
-        r_rows = Signal(16)
-        r_row = Signal(32)
-        r_left = Signal(32)  # beats left in the current row after the previous beat
-        r_ptr = Signal(IDX_BITS)  # SRAM index of the current row's first data element
+        ph_next = Signal(2)  # assigned below, last assignment wins
+        m.d.comb += ph_next.eq(ph)
+        m.d.sync += ph.eq(ph_next)
+        m.d.comb += [self.finish.eq(ph == FIN), self.finish_next.eq(ph_next == FIN),
+                     self.active.eq(ph != IDLE)]
         beat = self.rd_valid & (ph == XFER)
-        first = r_left == 0
-        rf, rl = span(r_row)
-        left_after = Signal(32)
-        m.d.comb += left_after.eq(Mux(first, rl - rf, r_left - 1))
-        last = left_after == 0
+        pad_en = ph == PAD
+        r_first = Signal()  # the next beat is the first of a row
+        r_off = Signal(lw)  # byte offset of the current row's first byte in its first word
+        r_rows = Signal(len(y))  # data rows left, the current one included (then MID gaps)
+        rem_first, last_off = sizes.rem1(r_off)
+        r_left = Signal(len(rem_first))  # beats of the row after the current one
+        left_after = Signal.like(r_left)
+        m.d.comb += left_after.eq(Mux(r_first, rem_first, r_left - 1))
+        last = Signal()  # the current beat is the row's last
+        m.d.comb += last.eq(left_after == 0)
+        last_row = Signal()  # ... of the last row
+        m.d.comb += last_row.eq(beat & last & (r_rows == 1))
+        n_off = Signal(lw)  # r_off of the next row
+        m.d.comb += n_off.eq(r_off + stride[:lw])
         with m.If(beat):
-            m.d.sync += r_left.eq(left_after)
+            m.d.sync += [r_left.eq(left_after), r_first.eq(last)]
             with m.If(last):
-                m.d.sync += [r_row.eq(r_row + cur.x_stride), r_ptr.eq(r_ptr + cols),
-                             r_rows.eq(r_rows - 1)]
+                m.d.sync += r_off.eq(n_off)
+        gap = Signal(5)  # padding between two data rows
+        m.d.comb += gap.eq(x0 + x1)
 
-        # per-target element extraction
+        # w_reg: the SRAM index written now, shared by every target: lane 0 of the current
+        # beat (less than the row's first element when the row starts in a later lane), or
+        # the padding element. From a row's last beat it steps to the next row's first beat
+        # (over the gap), from the last row's to the element after that row.
+        k_max = max(1, *(elem_bytes(cfg, t) // W for t in self.targets))
+        part = Signal(range(k_max), name="part")  # beat within an element (E > W)
+        w_reg = Signal(iw)
+        done_elem = sizes.pick(lambda le: part == (1 << (le - lw)) - 1 if le > lw else Const(1))
+
+        def lane_of(off, le):
+            return off[le:] if le < lw else Const(0, 1)
+
+        def step_of(le):  # to the next beat of the row
+            return Const(1 << (lw - le), lw + 1) if le < lw else done_elem
+
+        def row_step_of(le):  # from a row's last beat: its last element + 1, the gap, the lane
+            past = lane_of(last_off, le) + 1
+            return Mux(r_rows == 1, past, past + gap - lane_of(n_off, le))
+
+        step = Signal(signed(8))
+        m.d.comb += step.eq(Mux(pad_en, 1, Mux(last, sizes.pick(row_step_of),
+                                               sizes.pick(step_of))))
+        w_next = Signal(iw)
+        m.d.comb += w_next.eq(w_reg + step)
+        with m.If(beat | pad_en):
+            m.d.sync += w_reg.eq(w_next)
+        if k_max > 1:
+            with m.If(beat):
+                m.d.sync += part.eq(Mux(done_elem, 0, part + 1))
+
         word = self.rd_data
         for i, t in enumerate(self.targets):
             eb = elem_bytes(cfg, t)
+            le = _log2(eb)
             en = getattr(self, f"w{i}_en")
-            addr = getattr(self, f"w{i}_addr")
             dat = getattr(self, f"w{i}_data")
-            mine = beat & (cur.memory_type == t)
+            mine = cur.memory_type == t
+            m.d.comb += getattr(self, f"w{i}_addr").eq(w_reg)
             if eb >= W:
                 k = eb // W
-                part = Signal(range(k), name=f"t{i}_part") if k > 1 else None
-                sr = Signal((k - 1) * W * 8, name=f"t{i}_sr") if k > 1 else None
-                xc_reg = Signal(16, name=f"t{i}_x")
-                xc = Mux(first, 0, xc_reg)
-                done_elem = (part == k - 1) if k > 1 else Const(1)
-                m.d.comb += [en[0].eq(mine & done_elem), addr[0].eq(r_ptr + xc),
-                             dat[0].eq(Cat(sr, word) if k > 1 else word)]
-                with m.If(mine):
-                    m.d.sync += xc_reg.eq(xc + done_elem)
-                    if k > 1:
-                        m.d.sync += [part.eq(part + 1), sr.eq(Cat(sr[W * 8:], word))]
                 if k > 1:
-                    with m.If(self.start):
-                        m.d.sync += part.eq(0)
+                    sr = Signal((k - 1) * W * 8, name=f"t{i}_sr")
+                    with m.If(beat):
+                        m.d.sync += sr.eq(Cat(sr[W * 8:], word))
+                    full = Cat(sr, word)
+                else:
+                    full = word
+                m.d.comb += [en[0].eq(mine & ((beat & done_elem) | pad_en)),
+                             dat[0].eq(Mux(pad_en, 0, full))]
             else:
-                r = W // eb
-                lr = _log2(r)
-                lane0 = r_row[:lr]
-                lane_last = (r_row + x - 1)[:lr]
-                eb_reg = Signal(IDX_BITS, name=f"t{i}_base")
-                base = Signal(IDX_BITS, name=f"t{i}_beat_base")
-                m.d.comb += base.eq(Mux(first, r_ptr - lane0, eb_reg))
-                with m.If(mine):
-                    m.d.sync += eb_reg.eq(base + r)
-                for lane in range(r):
-                    ok = (~first | (lane0 <= lane)) & (~last | (lane_last >= lane))
-                    m.d.comb += [en[lane].eq(mine & ok), addr[lane].eq(base + lane),
-                                 dat[lane].eq(word[lane * eb * 8:(lane + 1) * eb * 8])]
+                for lane in range(W // eb):
+                    ok = ((~r_first | (lane_of(r_off, le) <= lane))
+                          & (~last | (lane_of(last_off, le) >= lane)))
+                    pad_lane = pad_en if lane == 0 else Const(0)
+                    m.d.comb += [en[lane].eq(mine & ((beat & ok) | pad_lane)),
+                                 dat[lane].eq(Mux(pad_en, 0,
+                                                  word[lane * eb * 8:(lane + 1) * eb * 8]))]
 
         # ---- padding -----------------------------------------------------------------------
-        TOP, MID, BOT = 0, 1, 2
-        p_idx = Signal(IDX_BITS)
-        p_left = Signal(24)
+        # Three kinds of segments, written in this order: BOT (the last row's right pad, then
+        # y_pad_1 rows; it follows the last data beat's index), TOP (from sram_base: x_pad_0
+        # partial, then y_pad_0 rows; with y_size = 0 all y_pad_0 + y_pad_1 rows), and the
+        # y_size - 1 MID gaps (x_pad_1 + x_pad_0 after each data row but the last; the first
+        # follows row 0's data). Within a segment the index steps by 1. Empty segments are
+        # skipped when choosing the next one, so a padding element is written every cycle.
+        BOT, TOP, MID = 0, 1, 2
         p_seg = Signal(2)
-        p_mids = Signal(16)
-        gap = Signal(6)
-        m.d.comb += gap.eq(x0 + x1)
-        top_len = Signal(24)
-        bot_len = Signal(24)
-        m.d.comb += [
-            top_len.eq(Mux(y == 0, small_mul(y0 + y1, cols, 24), small_mul(y0, cols, 24) + x0)),
-            bot_len.eq(Mux(y == 0, 0, small_mul(y1, cols, 24) + x1)),
-        ]
-        pad_total = Signal(24)
-        m.d.comb += pad_total.eq(top_len + bot_len + Mux(y > 1, small_mul(gap, y - 1, 24), 0))
-        has_mid = (y > 1) & (gap != 0)
-
-        # choose the first non-empty segment at or after `seg` (given the next index)
-        def enter(seg_from_top: bool, idx_after, mids_left, bot_start):
-            """Assign p_* for the next non-empty segment; ph <= FIN when there is none."""
-            if seg_from_top:
-                with m.If(top_len != 0):
-                    m.d.sync += [ph.eq(PAD), p_seg.eq(TOP), p_idx.eq(cur.sram_base),
-                                 p_left.eq(top_len), p_mids.eq(Mux(y > 1, y - 1, 0))]
-                with m.Elif(has_mid):
-                    m.d.sync += [ph.eq(PAD), p_seg.eq(MID), p_idx.eq(cur.sram_base + x),
-                                 p_left.eq(gap), p_mids.eq(y - 2)]
-                with m.Elif(bot_len != 0):
-                    m.d.sync += [ph.eq(PAD), p_seg.eq(BOT), p_idx.eq(bot_start),
-                                 p_left.eq(bot_len)]
-                with m.Else():
-                    m.d.sync += ph.eq(FIN)
-            else:
-                with m.If(has_mid & (mids_left != 0)):
-                    m.d.sync += [p_seg.eq(MID), p_idx.eq(idx_after + x), p_left.eq(gap),
-                                 p_mids.eq(mids_left - 1)]
-                with m.Elif(bot_len != 0):
-                    m.d.sync += [p_seg.eq(BOT), p_idx.eq(bot_start), p_left.eq(bot_len)]
-                with m.Else():
-                    m.d.sync += ph.eq(FIN)
-
-        bot_reg = Signal(IDX_BITS)
-        # the last data row's end (its first data element + x_size)
-        with m.If(beat & last & (r_rows == 1)):
-            m.d.sync += bot_reg.eq(r_ptr + x)
-            with m.If(pad_total == 0):
-                m.d.sync += ph.eq(FIN)
-            with m.Else():
-                enter(True, None, None, r_ptr + x)
-        pad_en = ph == PAD
+        p_cnt = Signal(nb)  # elements left in the current partial row or row
+        p_rows = Signal(5)  # whole rows left after the current one
+        top_partial = Mux(y_any, x0, 0)
+        top_rows = Signal(5)
+        m.d.comb += top_rows.eq(Mux(y_any, y0, y0 + y1))
+        # where the next segment is chosen: before the first one (after the last data beat,
+        # or at the start of a block without data rows), or at the end of the current one
+        from_start = Signal()
+        m.d.comb += from_start.eq((self.start & x_any & ~y_any)
+                                  | (last_row & ((x0 | x1 | y0 | y1) != 0)))
+        seg_done = Signal()
+        m.d.comb += seg_done.eq(pad_en & (p_cnt == 1) & (p_rows == 0))
+        choose = from_start | seg_done
+        at = {seg: seg_done & (p_seg == seg) for seg in (BOT, TOP, MID)}
+        to_bot = from_start & y_any & ((x1 != 0) | (y1 != 0))
+        to_top = ~to_bot & (from_start | at[BOT]) & ((top_partial != 0) | (top_rows != 0))
+        # r_rows counts the MID gaps down from y_size to 2 (the last one)
+        to_mid = ~to_bot & ~to_top & Mux(at[MID], r_rows != 2, y[1:].any() & (gap != 0))
+        nseg = Signal(2)
+        m.d.comb += nseg.eq(Mux(to_bot, BOT, Mux(to_top, TOP, MID)))
+        n_partial = Signal(5)
+        n_rows = Signal(5)
+        n_idx = Signal(iw)  # where TOP or MID starts (BOT follows the last data beat)
+        with m.Switch(nseg):
+            with m.Case(BOT):
+                m.d.comb += [n_partial.eq(x1), n_rows.eq(y1)]
+            with m.Case(TOP):
+                m.d.comb += [n_partial.eq(top_partial), n_rows.eq(top_rows),
+                             n_idx.eq(cur.sram_base)]
+            with m.Default():
+                # the gap after a row's data: after the previous gap or the TOP segment (which
+                # ends at row 0), or (no TOP segment) after row 0 at sram_base
+                skip_from = Mux(at[TOP] | at[MID], w_next, cur.sram_base)
+                m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
+        # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
+        enter_mid = choose & to_mid
+        rows_dec = (beat & last & (r_rows != 1)) | (enter_mid & at[MID])
+        m.d.sync += r_rows.eq(Mux(self.start | (enter_mid & ~at[MID]), y, r_rows - rows_dec))
+        with m.If(ph == FIN):  # before the assignments below: a start may follow at once
+            m.d.comb += ph_next.eq(IDLE)
         with m.If(pad_en):
-            m.d.sync += [p_idx.eq(p_idx + 1), p_left.eq(p_left - 1)]
-            with m.If(p_left == 1):
-                with m.If(p_seg == BOT):
-                    m.d.sync += ph.eq(FIN)
+            m.d.sync += p_cnt.eq(p_cnt - 1)
+            with m.If((p_cnt == 1) & (p_rows != 0)):
+                m.d.sync += [p_cnt.eq(cols), p_rows.eq(p_rows - 1)]
+        with m.If(choose):
+            with m.If(to_top | to_mid | to_bot):
+                m.d.comb += ph_next.eq(PAD)
+                m.d.sync += p_seg.eq(nseg)
+                with m.If(~to_bot):
+                    m.d.sync += w_reg.eq(n_idx)
+                with m.If(n_partial != 0):
+                    m.d.sync += [p_cnt.eq(n_partial), p_rows.eq(n_rows)]
                 with m.Else():
-                    enter(False, p_idx + 1, Mux(p_seg == TOP, p_mids, p_mids), bot_reg)
-        for i, t in enumerate(self.targets):
-            en = getattr(self, f"w{i}_en")
-            addr = getattr(self, f"w{i}_addr")
-            dat = getattr(self, f"w{i}_data")
-            with m.If(pad_en & (cur.memory_type == t)):
-                m.d.comb += [en[0].eq(1), addr[0].eq(p_idx), dat[0].eq(0)]
-
-        with m.If(ph == FIN):
-            m.d.sync += ph.eq(IDLE)
-        # a new instruction (possibly starting in the previous one's finish cycle)
-        with m.If(self.start):
-            first_ptr = (cur.sram_base + small_mul(y0, cols, IDX_BITS) + x0)[:IDX_BITS]
-            m.d.sync += [r_rows.eq(y), r_row.eq(cur.dram_base), r_left.eq(0),
-                         r_ptr.eq(first_ptr)]
-            with m.If(x == 0):
-                m.d.sync += ph.eq(FIN)
-            with m.Elif(y == 0):
-                enter(True, None, None, cur.sram_base)
+                    m.d.sync += [p_cnt.eq(cols), p_rows.eq(n_rows - 1)]
             with m.Else():
-                m.d.sync += ph.eq(XFER)
+                m.d.comb += ph_next.eq(FIN)
+        with m.If(last_row & ~from_start):
+            m.d.comb += ph_next.eq(FIN)
+
+        # a new instruction (possibly starting in the previous one's finish cycle): the first
+        # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane)
+        with m.If(self.start):
+            off0 = sizes.to_bytes(cur.dram_base, lw)
+            lane0 = sizes.pick(lambda le: lane_of(off0, le))
+            first = cur.sram_base + small_mul(y0, cols[:iw], iw) + x0 - lane0
+            m.d.sync += [r_off.eq(off0), r_first.eq(1)]
+            if k_max > 1:
+                m.d.sync += part.eq(0)
+            with m.If(~x_any):
+                m.d.comb += ph_next.eq(FIN)
+            with m.Elif(y_any):
+                m.d.comb += ph_next.eq(XFER)
+                m.d.sync += w_reg.eq(first[:iw])
         return m

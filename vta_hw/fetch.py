@@ -10,7 +10,7 @@ after the last dispatch. The first group is requested in cycle 0, the cycle afte
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -55,7 +55,7 @@ class Fetch(wiring.Component):
             "start": In(1), "insn_addr": In(32), "insn_count": In(32),
             "req": Out(1), "addr": Out(32), "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
             "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
-            "w_data": Out(128), "idle": Out(1),
+            "w_data": Out(isa.INSN_WIDTH_BITS), "idle": Out(1),
         }
         for q in QUEUES:
             members[f"{q}_w_en"] = Out(1)
@@ -67,6 +67,7 @@ class Fetch(wiring.Component):
         cfg = self.cfg
         W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
         lw, lm = _log2(W), _log2(M)
+        li = _log2(isa.INSN_BYTES)
         window = M * W
         nb = max(M, isa.INSN_BYTES // W)  # bus words of the largest group
         slots = nb * W // isa.INSN_BYTES
@@ -75,64 +76,85 @@ class Fetch(wiring.Component):
         IDLE, REQ, DISP = 0, 1, 2
         st = Signal(2)
         m.d.comb += self.idle.eq(st == IDLE)
-        base = Signal(32)
-        count = Signal(32)
-        nxt = Signal(32)  # index of the first instruction of the current group
-        g_n = Signal(range(max(2, window // 16 + 1)))
-        g_off = Signal(range(max(2, W // 16)))  # 16-byte slot of the group's first instruction
-        g_total = Signal(range(nb + 1))  # beats of the group
-        q_active = Signal()
-        q_cur = Signal(32)
-        q_last = Signal(32)
-        rcv = Signal(range(nb + 1))
-        k = Signal(range(max(2, window // 16 + 1)))
+        # The next instruction to dispatch (its byte address / 16) and how many are left;
+        # both step with every dispatch, so after a group they describe the next one.
+        pos = Signal(32 - li)
+        left = Signal(32)
+        go = Signal()
+        m.d.sync += [pos.eq(pos + go), left.eq(left - go)]
+        with m.If(self.start):
+            m.d.sync += [pos.eq(self.insn_addr[li:]), left.eq(self.insn_count)]
 
-        def begin_group(addr, remaining):
-            """Register the group starting at byte ``addr`` (``remaining`` >= 1 instructions)."""
-            if window >= isa.INSN_BYTES:
-                room = (window - addr[:_log2(window)]) >> 4
+        # ---- the group starting at pos: n instructions, g_total bus words, one row ----------
+        if window >= isa.INSN_BYTES:
+            per = window // isa.INSN_BYTES  # instructions per window
+            lp = _log2(per)
+            p0 = pos[:lp]  # position of the group's first instruction in its window
+            room = Signal(range(1, per + 1))
+            m.d.comb += room.eq(per - p0)
+            n = Signal(range(1, per + 1))
+            m.d.comb += n.eq(Mux((left[lp + 1:] == 0) & (left[:lp + 1] < room), left, room))
+            if lw <= li:
+                g_total = n << (li - lw)
+                first_w = p0 << (li - lw)
             else:
-                room = 1
-            n = Mux(remaining < room, remaining, room)
-            first = addr >> lw
-            last = (addr + (n << 4) - 1) >> lw
-            m.d.sync += [st.eq(REQ), g_n.eq(n), q_active.eq(1), q_cur.eq(first),
-                         q_last.eq(last), g_total.eq(last - first + 1), rcv.eq(0), k.eq(0)]
-            if W > isa.INSN_BYTES:
-                m.d.sync += g_off.eq(addr[4:lw])
-            else:
-                m.d.sync += g_off.eq(0)
+                g_total = ((p0 + n - 1) >> (lw - li)) - (p0 >> (lw - li)) + 1
+                first_w = p0 >> (lw - li)
+            last_in_group = (left == 1) | p0.all()
+        else:  # a group is one instruction, IB / W words in bursts of M
+            g_total = Const(isa.INSN_BYTES // W)
+            first_w = Const(0, 1)
+            last_in_group = Const(1)
 
         # ---- request the group's bursts ------------------------------------------------------
-        room_b = Signal(range(M + 1))
-        m.d.comb += room_b.eq(M - q_cur[:lm]) if lm else room_b.eq(1)
-        rest = Signal(33)
-        m.d.comb += rest.eq(q_last - q_cur + 1)
-        burst = Signal(range(M + 1))
-        m.d.comb += burst.eq(Mux(rest < room_b, rest, room_b))
-        m.d.comb += [self.req.eq((st == REQ) & q_active), self.addr.eq((q_cur << lw)[:32]),
-                     self.beats.eq(burst)]
-        with m.If(self.grant):
-            m.d.sync += q_cur.eq(q_cur + burst)
-            with m.If(q_cur + burst > q_last):
+        q_active = Signal()
+        word_addr = Signal(32 - lw)
+        m.d.comb += [self.req.eq((st == REQ) & q_active),
+                     self.addr.eq(Cat(Const(0, lw), word_addr))]
+        if window >= isa.INSN_BYTES:
+            # a window is at most one burst: the group is one burst
+            m.d.comb += [word_addr.eq(pos << (li - lw) if lw <= li else pos >> (lw - li)),
+                         self.beats.eq(g_total)]
+            with m.If(self.grant):
                 m.d.sync += q_active.eq(0)
+        else:
+            bursts = isa.INSN_BYTES // window
+            q_burst = Signal(range(bursts))
+            m.d.comb += [word_addr.eq(Cat(Const(0, lm), q_burst, pos)), self.beats.eq(M)]
+            with m.If(self.grant):
+                m.d.sync += q_burst.eq(q_burst + 1)
+                with m.If(q_burst == bursts - 1):
+                    m.d.sync += q_active.eq(0)
 
         # ---- receive ----------------------------------------------------------------------
+        # Two instruction slots (the iCE40 preset): the group's first instruction goes to slot
+        # 0 and slot 1 moves down after each dispatch, so no read multiplexer sits between
+        # the buffer and the queues (and each slot-0 register packs with its input
+        # multiplexer). More slots: the buffer holds the window and dispatch indexes it.
+        shift = lw <= li and slots == 2
+        rcv = Signal(range(nb + 1))
         with m.If(self.rd_valid & (st == REQ)):
             m.d.sync += rcv.eq(rcv + 1)
+            widx = Signal(range(nb))
+            m.d.comb += widx.eq(rcv if shift else first_w + rcv)
             for j in range(nb):
-                with m.If(rcv == j):
+                with m.If(widx == j):
                     m.d.sync += buf[j * W * 8:(j + 1) * W * 8].eq(self.rd_data)
             with m.If(rcv == g_total - 1):
                 m.d.sync += st.eq(DISP)
 
         # ---- dispatch -----------------------------------------------------------------------
-        slot = Signal(range(max(2, slots)))
-        m.d.comb += slot.eq(g_off + k)
-        word = Signal(128)
-        for j in range(slots):
-            with m.If(slot == j):
-                m.d.comb += word.eq(buf[j * 128:(j + 1) * 128])
+        word = Signal(isa.INSN_WIDTH_BITS)
+        if shift:
+            m.d.comb += word.eq(buf[:isa.INSN_WIDTH_BITS])
+            with m.If(go):
+                m.d.sync += buf[:isa.INSN_WIDTH_BITS].eq(buf[isa.INSN_WIDTH_BITS:])
+        else:
+            # instruction p0 + k of the window is in slot p0 + k
+            slot = p0 if window >= isa.INSN_BYTES else Const(0, 1)
+            for j in range(slots):
+                with m.If(slot == j):
+                    m.d.comb += word.eq(buf[j * isa.INSN_WIDTH_BITS:(j + 1) * isa.INSN_WIDTH_BITS])
         m.d.comb += self.w_data.eq(word)
         mem = data.View(insn_layouts(cfg).mem, word)
         is_load = (mem.opcode == Opcode.LOAD) & ((mem.memory_type == MemType.INP)
@@ -143,23 +165,23 @@ class Fetch(wiring.Component):
         for q in QUEUES:
             with m.If(target[q]):
                 m.d.comb += full.eq(getattr(self, f"{q}_full"))
-        go = (st == DISP) & ~full
+        m.d.comb += go.eq((st == DISP) & ~full)
         for q in QUEUES:
             m.d.comb += getattr(self, f"{q}_w_en").eq(go & target[q])
-        with m.If(go):
-            m.d.sync += k.eq(k + 1)
-            with m.If(k == g_n - 1):
-                after = nxt + g_n
-                m.d.sync += nxt.eq(after)
-                with m.If(after == count):
-                    m.d.sync += st.eq(IDLE)
-                with m.Else():
-                    begin_group((base + (after << 4))[:32], count - after)
 
+        def begin_group():
+            m.d.sync += [st.eq(REQ), q_active.eq(1), rcv.eq(0)]
+            if window < isa.INSN_BYTES:
+                m.d.sync += q_burst.eq(0)
+
+        with m.If(go & last_in_group):
+            with m.If(left == 1):
+                m.d.sync += st.eq(IDLE)
+            with m.Else():
+                begin_group()
         with m.If(self.start):
-            m.d.sync += [base.eq(self.insn_addr), count.eq(self.insn_count), nxt.eq(0)]
             with m.If(self.insn_count == 0):
                 m.d.sync += st.eq(IDLE)
             with m.Else():
-                begin_group(self.insn_addr, self.insn_count)
+                begin_group()
         return m

@@ -63,7 +63,8 @@ class GemmCore(wiring.Component):
                 for k in range(bi):
                     x = self.inp[(b * bi + k) * 8:(b * bi + k + 1) * 8].as_signed()
                     w = self.wgt[(o * bi + k) * 8:(o * bi + k + 1) * 8].as_signed()
-                    p = Signal(signed(16), name=f"p_{b}_{o}_{k}")
+                    # no reset, so the register can be the DSP block's output register
+                    p = Signal(signed(16), name=f"p_{b}_{o}_{k}", reset_less=True)
                     m.d.sync += p.eq(x * w)
                     prods.append(p)
                 lane = b * bo + o

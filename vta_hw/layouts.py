@@ -5,7 +5,7 @@
 never copies a width or an offset by hand. Example::
 
     lay = insn_layouts(cfg)
-    insn = Signal(128)
+    insn = Signal(isa.INSN_WIDTH_BITS)
     mem = data.View(lay.mem, insn)     # mem.x_size, mem.dram_base, ...
 """
 

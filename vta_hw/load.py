@@ -7,13 +7,13 @@ The unit takes its command, pops ``g2l`` when ``pop_next`` is set, runs the inst
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.control import unit_control
-from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
+from vtakit.vta_hw.control import cmd_lookahead, cmd_members, unit_control
+from vtakit.vta_hw.dma import ADDR_BITS, IDX_BITS, ReadDMA, lanes_of
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
 
@@ -32,6 +32,7 @@ class Load(wiring.Component):
     Attributes
     ----------
     cmd_valid, cmd_data, cmd_take : the load command queue's head.
+    cmd_w_en, cmd_w_data : with a one-entry queue, its write port (``cmd_members``).
     g2l_avail, g2l_pop, l2g_can_push, l2g_push : token queues.
     req, addr, beats, grant, rd_valid, rd_data : memory-port client (read).
     inp_w_*, wgt_w_* : write lanes of the INP and WGT buffers.
@@ -42,16 +43,16 @@ class Load(wiring.Component):
             raise TypeError(f"Load: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         arr = data.ArrayLayout
-        idx = unsigned(IDX_BITS)
         ri, rw = lanes_of(cfg, MemType.INP), lanes_of(cfg, MemType.WGT)
         super().__init__({
-            "cmd_valid": In(1), "cmd_data": In(128), "cmd_take": Out(1),
+            **cmd_members(cfg),
             "g2l_avail": In(1), "g2l_pop": Out(1), "l2g_can_push": In(1), "l2g_push": Out(1),
-            "req": Out(1), "addr": Out(32), "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
+            "req": Out(1), "addr": Out(ADDR_BITS),
+            "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
             "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
-            "inp_w_en": Out(arr(1, ri)), "inp_w_addr": Out(arr(idx, ri)),
+            "inp_w_en": Out(arr(1, ri)), "inp_w_addr": Out(IDX_BITS),
             "inp_w_data": Out(arr(cfg.inp_elem_bits, ri)),
-            "wgt_w_en": Out(arr(1, rw)), "wgt_w_addr": Out(arr(idx, rw)),
+            "wgt_w_en": Out(arr(1, rw)), "wgt_w_addr": Out(IDX_BITS),
             "wgt_w_data": Out(arr(cfg.wgt_elem_bits, rw)),
             "idle": Out(1),
         })
@@ -63,7 +64,8 @@ class Load(wiring.Component):
         fin = Signal()
         ctl = unit_control(m, "load", insn_layouts(cfg).mem, self.cmd_valid, self.cmd_data,
                            self.cmd_take, [("pop_next", self.g2l_avail, self.g2l_pop)],
-                           [("push_next", self.l2g_can_push, self.l2g_push)], fin)
+                           [("push_next", self.l2g_can_push, self.l2g_push)], fin,
+                           **cmd_lookahead(self, dma.finish_next))
         m.d.comb += [
             self.idle.eq(ctl.idle), fin.eq(dma.finish),
             dma.start.eq(ctl.start), dma.insn.eq(ctl.cand.as_value()),

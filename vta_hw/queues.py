@@ -17,6 +17,8 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from vtakit.vta_hw.isa import INSN_WIDTH_BITS
+
 __all__ = ["CmdQueue", "TokenCounter"]
 
 
@@ -51,7 +53,7 @@ class CmdQueue(wiring.Component):
         Entries held.
     """
 
-    def __init__(self, depth: int, width_bits: int = 128):
+    def __init__(self, depth: int, width_bits: int = INSN_WIDTH_BITS):
         _check_depth("CmdQueue", depth)
         if not isinstance(width_bits, int) or width_bits < 1:
             raise ValueError(f"CmdQueue: width_bits={width_bits!r} must be a positive int")

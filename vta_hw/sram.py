@@ -2,22 +2,41 @@
 
 A buffer written or read several elements per cycle (a bus beat holding more than one element,
 docs/timing.md §2) is split into ``banks`` interleaved block RAMs: element ``i`` lives in bank
-``i % banks`` at row ``i // banks``. Each *lane* of a write or read port carries one element
-with its own index; the lanes of one port must fall into distinct banks in every cycle (they
-do: a beat's elements are consecutive indices). Read data appears the cycle after the index.
+``i % banks`` at row ``i // banks``. A port moves the *consecutive* elements ``addr``,
+``addr + 1``, ... (one per lane; a beat's elements are consecutive), so its lanes always fall
+into distinct banks: lane ``k`` reaches bank ``(addr + k) % banks`` through a rotation by
+``addr % banks`` (``log2(banks)`` levels of 2:1 multiplexers, not a crossbar), and every bank's
+row is ``addr // banks`` or one more. Read data appears the cycle after the index.
+
+Read-during-write of one element: the Amaranth and Verilator models return the old value, and
+on an FPGA the value is undefined (the memories carry yosys' ``no_rw_check`` attribute, so no
+bypass logic is built around the block RAMs). No reader depends on it: the compute unit
+forwards its own ACC writes around the RAM, and the other buffers are written and read by
+different units whose accesses the dependency tokens order.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["BankedMemory"]
+__all__ = ["BankedMemory", "rotate"]
 
 
 def _log2(n: int) -> int:
     return n.bit_length() - 1
+
+
+def rotate(items: list, amount: Value, up: bool = True) -> list:
+    """``out[b] = items[(b - amount) % n]`` (``up``) or ``items[(b + amount) % n]``, for a
+    power-of-two ``n = len(items)``: a logarithmic rotator over whole items."""
+    n = len(items)
+    cur = list(items)
+    for i in range(_log2(n)):
+        step = (1 << i) if up else -(1 << i)
+        cur = [Mux(amount[i], cur[(b - step) % n], cur[b]) for b in range(n)]
+    return cur
 
 
 class BankedMemory(wiring.Component):
@@ -32,16 +51,18 @@ class BankedMemory(wiring.Component):
     banks : int
         Interleaved block RAMs (a power of two).
     w_lanes, r_lanes : int
-        Elements written / read per cycle (at most ``banks``).
+        Consecutive elements written / read per cycle (at most ``banks``).
 
     Attributes
     ----------
-    w_en, w_addr, w_data : In
-        One entry per write lane.
+    w_en, w_data : In
+        One entry per write lane; lane ``k`` writes element ``w_addr + k``.
+    w_addr : In
+        Index of lane 0's element.
     r_addr : In
-        One element index per read lane (read every cycle).
+        Index of lane 0's element (read every cycle).
     r_data : Out
-        The elements indexed in the previous cycle.
+        The elements ``r_addr + k`` of the previous cycle's ``r_addr``.
     """
 
     def __init__(self, width_bits: int, depth: int, banks: int = 1, w_lanes: int = 1,
@@ -66,9 +87,9 @@ class BankedMemory(wiring.Component):
         self.addr_bits = aw
         super().__init__({
             "w_en": In(data.ArrayLayout(1, w_lanes)),
-            "w_addr": In(data.ArrayLayout(unsigned(aw), w_lanes)),
+            "w_addr": In(unsigned(aw)),
             "w_data": In(data.ArrayLayout(unsigned(width_bits), w_lanes)),
-            "r_addr": In(data.ArrayLayout(unsigned(aw), r_lanes)),
+            "r_addr": In(unsigned(aw)),
             "r_data": Out(data.ArrayLayout(unsigned(width_bits), r_lanes)),
         })
 
@@ -76,34 +97,49 @@ class BankedMemory(wiring.Component):
         m = Module()
         nb, lb = self.banks, _log2(self.banks)
         bank_depth = self.depth // nb
-        rd_ports = []
+        rows = []
         for b in range(nb):
-            mem = memory.Memory(shape=unsigned(self.width_bits), depth=bank_depth, init=[])
+            mem = memory.Memory(shape=unsigned(self.width_bits), depth=bank_depth, init=[],
+                                attrs={"no_rw_check": 1})
             m.submodules[f"bank{b}"] = mem
-            wp = mem.write_port()
-            rp = mem.read_port()
-            rd_ports.append(rp)
-            # the write lane (if any) whose element falls into this bank
-            for lane in range(self.w_lanes):
-                hit = self.w_en[lane] if nb == 1 else \
-                    self.w_en[lane] & (self.w_addr[lane][:lb] == b)
-                with m.If(hit):
-                    m.d.comb += [wp.en.eq(1), wp.addr.eq(self.w_addr[lane][lb:]),
-                                 wp.data.eq(self.w_data[lane])]
-            for lane in range(self.r_lanes):
-                if nb == 1:
-                    m.d.comb += rp.addr.eq(self.r_addr[lane][lb:])
-                else:
-                    with m.If(self.r_addr[lane][:lb] == b):
-                        m.d.comb += rp.addr.eq(self.r_addr[lane][lb:])
-        for lane in range(self.r_lanes):
-            if nb == 1:
-                m.d.comb += self.r_data[lane].eq(rd_ports[0].data)
-            else:
-                sel = Signal(lb, name=f"r_bank{lane}")
-                m.d.sync += sel.eq(self.r_addr[lane][:lb])
-                out = rd_ports[0].data
-                for b in range(1, nb):
-                    out = Mux(sel == b, rd_ports[b].data, out)
-                m.d.comb += self.r_data[lane].eq(out)
+            rows.append((mem.write_port(), mem.read_port()))
+        if nb == 1:
+            (wp, rp), = rows
+            m.d.comb += [wp.en.eq(self.w_en[0]), wp.addr.eq(self.w_addr),
+                         wp.data.eq(self.w_data[0]), rp.addr.eq(self.r_addr),
+                         self.r_data[0].eq(rp.data)]
+            return m
+
+        def bank_rows(addr, lanes):
+            """Each bank's row for the lanes starting at element ``addr``."""
+            hi = addr[lb:]
+            if lanes == 1:
+                return [hi] * nb
+            hi1 = Signal.like(hi, name=f"{addr.name}_next_row")
+            m.d.comb += hi1.eq(hi + 1)
+            return [Mux(addr[:lb] > b, hi1, hi) for b in range(nb)]
+
+        # write: lane k to bank (w_addr + k) % nb
+        w_shift = self.w_addr[:lb]
+        if self.w_lanes == 1:
+            en = [self.w_en[0] & (w_shift == b) for b in range(nb)]
+            dat = [self.w_data[0]] * nb
+        else:
+            pad = nb - self.w_lanes
+            en = rotate([self.w_en[k] for k in range(self.w_lanes)] + [0] * pad, w_shift)
+            dat = rotate([self.w_data[k] for k in range(self.w_lanes)]
+                         + [self.w_data[0]] * pad, w_shift)
+        w_row = bank_rows(self.w_addr, self.w_lanes)
+        for b, (wp, _) in enumerate(rows):
+            m.d.comb += [wp.en.eq(en[b]), wp.addr.eq(w_row[b]), wp.data.eq(dat[b])]
+
+        # read: bank (r_addr + k) % nb to lane k, one cycle later
+        r_row = bank_rows(self.r_addr, self.r_lanes)
+        for b, (_, rp) in enumerate(rows):
+            m.d.comb += rp.addr.eq(r_row[b])
+        r_shift = Signal(lb)
+        m.d.sync += r_shift.eq(self.r_addr[:lb])
+        out = rotate([rp.data for _, rp in rows], r_shift, up=False)
+        for k in range(self.r_lanes):
+            m.d.comb += self.r_data[k].eq(out[k])
         return m

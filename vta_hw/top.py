@@ -98,6 +98,8 @@ class Core(wiring.Component):
                          getattr(fetch, f"{q}_full").eq(mod.full),
                          unit.cmd_valid.eq(mod.r_valid), unit.cmd_data.eq(mod.r_data),
                          mod.r_en.eq(unit.cmd_take)]
+            if cfg.cmd_queue_depth == 1:  # the unit snoops its queue's writes
+                m.d.comb += [unit.cmd_w_en.eq(mod.w_en), unit.cmd_w_data.eq(mod.w_data)]
         # token queues: producer pushes, consumer pops
         for t, prod, cons in (("l2g", load, compute), ("g2l", compute, load),
                               ("g2s", compute, store), ("s2g", store, compute)):
@@ -123,13 +125,10 @@ class Core(wiring.Component):
         out = sram("out", cfg.out_elem_bits, cfg.out_depth, ro, 1, ro)
 
         def wire_w(mem, en, addr, dat):
-            for k in range(mem.w_lanes):
-                m.d.comb += [mem.w_en[k].eq(en[k]), mem.w_addr[k].eq(addr[k]),
-                             mem.w_data[k].eq(dat[k])]
+            m.d.comb += [mem.w_en.eq(en), mem.w_addr.eq(addr), mem.w_data.eq(dat)]
 
         def wire_r(mem, addr, dat):
-            for k in range(mem.r_lanes):
-                m.d.comb += [mem.r_addr[k].eq(addr[k]), dat[k].eq(mem.r_data[k])]
+            m.d.comb += [mem.r_addr.eq(addr), dat.eq(mem.r_data)]
 
         wire_w(uop, compute.uop_w_en, compute.uop_w_addr, compute.uop_w_data)
         wire_r(uop, compute.uop_r_addr, compute.uop_r_data)

@@ -57,6 +57,11 @@ def config_group() -> None:
     """Hardware configurations (HwConfig presets)."""
 
 
+def _gops(v: float) -> str:
+    """One decimal, or three significant digits below 1 GOP/s (small cores)."""
+    return f"{v:.1f}" if v >= 1 else f"{v:.3g}"
+
+
 @config_group.command("list")
 def config_list() -> None:
     """List the presets with their core shape, buffers and hash."""
@@ -67,7 +72,7 @@ def config_list() -> None:
                                                  cfg.wgt_buff_bytes, cfg.acc_buff_bytes))
         core = f"{cfg.batch}x{cfg.block_in}x{cfg.block_out}"
         click.echo(f"{name:<9} {core:<9} {bufs:<22} "
-                   f"{cfg.bus_width_bits:>5} {cfg.clock_mhz:>5} {cfg.peak_gops:>7.1f}  "
+                   f"{cfg.bus_width_bits:>5} {cfg.clock_mhz:>5} {_gops(cfg.peak_gops):>7}  "
                    f"{cfg.hash}")
 
 
@@ -84,7 +89,7 @@ def config_show(config: HwConfig, as_json: bool) -> None:
     click.echo("")
     derived = {
         "core (batch x in x out)": f"{config.batch}x{config.block_in}x{config.block_out}",
-        "peak int8": f"{config.peak_gops:.1f} GOP/s at {config.clock_mhz} MHz",
+        "peak int8": f"{_gops(config.peak_gops)} GOP/s at {config.clock_mhz} MHz",
         "uop buffer": f"{config.uop_depth} x {config.uop_elem_bytes} B",
         "inp buffer": f"{config.inp_depth} x {config.inp_elem_bytes} B",
         "wgt buffer": f"{config.wgt_depth} x {config.wgt_elem_bytes} B",

@@ -119,3 +119,48 @@ def test_store_preempted_by_loads_small_bursts():
     prog.insert(6, ld(MemType.UOP, 0, 4096 // 4 + 3, 1, 9))
     rtl, sim = compare(cfg, dram, prog, insn_addr=16)
     assert rtl == sim
+
+
+# (y_size, x_size, (y_pad_0, y_pad_1, x_pad_0, x_pad_1), dram element offset, x_stride - x_size):
+# every padding segment present or absent, no gap between rows, padding only, a NOP
+PADDED_SHAPES = {
+    "all-pads": (2, 3, (1, 1, 1, 1), 0, 0),
+    "no-top": (3, 2, (0, 1, 0, 1), 1, 2),
+    "no-gap": (3, 2, (1, 1, 0, 0), 3, 1),
+    "no-bottom": (2, 2, (1, 0, 1, 0), 2, 3),
+    "left-only": (3, 2, (0, 0, 2, 0), 1, 0),
+    "right-only": (1, 5, (0, 0, 0, 3), 3, 0),
+    "one-elem": (1, 1, (2, 2, 2, 2), 5, 0),
+    "wide-pads": (2, 3, (15, 0, 15, 15), 1, 4),
+    "pad-only": (0, 3, (1, 2, 0, 0), 0, 0),
+    "empty": (0, 3, (0, 0, 0, 0), 0, 0),
+    "nop": (2, 0, (1, 1, 1, 1), 0, 0),
+}
+
+
+@pytest.mark.parametrize("shape", list(PADDED_SHAPES))
+@pytest.mark.parametrize("cfg_name,mt", [("ice40", MemType.ACC_8BIT), ("ice40", MemType.ACC),
+                                         ("default", MemType.ACC)])
+def test_padded_load_matches_vta_sim(cfg_name, mt, shape):
+    """A padded LOAD over an ACC region filled beforehand, copied to OUT by an ALU and stored:
+    the DRAM shows which elements it wrote (data and zeros) and the cycles its duration."""
+    cfg = preset(cfg_name)
+    y, x, pads, offset, extra = PADDED_SHAPES[shape]
+    rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
+    n = 2 + rows * cols + 3  # the block at SRAM 2.., with untouched elements on both sides
+    rng = np.random.default_rng(3)
+    dram = rng.integers(1, 256, 1 << 16).astype(np.uint8)
+    dram[4096:4100] = isa.encode_uops(np.array([[0, 0, 0]]), cfg).view(np.uint8)
+    e = cfg.acc_elem_bytes if mt == MemType.ACC else cfg.batch * cfg.block_out
+    eo = cfg.out_elem_bytes
+    prog = [
+        ld(MemType.UOP, 0, 4096 // 4, 1, 1),
+        ld(MemType.ACC, 0, 8192 // cfg.acc_elem_bytes, 1, n),  # nonzero everywhere
+        ld(mt, 2, 16384 // e + offset, y, x, stride=x + extra, pads=pads),
+        AluInsn(uop_bgn=0, uop_end=1, iter_out=n, dst_factor_out=1, src_factor_out=1,
+                alu_opcode=AluOp.ADD, use_imm=1, imm=0, push_next=1),
+        st(0, 32768 // eo, 1, n, pop_prev=1, push_prev=1),
+        FinishInsn(pop_next=1),
+    ]
+    rtl, sim = compare(cfg, dram, prog, insn_addr=48)
+    assert rtl == sim

@@ -32,9 +32,6 @@ def test_ice40_dsp_and_block_ram_fit_up5k(ice40_report):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 'The accelerator in Amaranth HDL': the control "
-                   "logic (two read DMAs, store, fetch with 32-bit address arithmetic) needs "
-                   "about 10,700 SB_LUT4, twice the UP5K's 5,280 LCs (docs/hardware.md)")
 def test_ice40_logic_fits_up5k(ice40_report):
     _, lcs, _, _ = PARTS["ice40"]
     sm = ice40_report["summary"]

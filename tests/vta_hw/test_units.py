@@ -84,24 +84,32 @@ def test_token_counter_push_visible_same_cycle_pop_next():
     run(t, bench)
 
 
-def test_banked_memory_lanes():
-    mem = BankedMemory(8, 16, banks=2, w_lanes=2, r_lanes=2)
+@pytest.mark.parametrize("banks,w_lanes,r_lanes", [(1, 1, 1), (2, 2, 2), (4, 4, 4), (4, 1, 4),
+                                                   (4, 4, 1), (4, 3, 2)])
+def test_banked_memory_lanes(banks, w_lanes, r_lanes):
+    """Lane k of a port is element addr + k, whatever bank addr falls into; disabled lanes
+    write nothing."""
+    depth = 32
+    mem = BankedMemory(8, depth, banks=banks, w_lanes=w_lanes, r_lanes=r_lanes)
+    want = [0] * depth
 
     async def bench(ctx):
-        for base in range(0, 16, 2):  # write (3, 4), (5, 6), ... : each pair spans both banks
-            for lane in range(2):
-                ctx.set(mem.w_en[lane], 1)
-                ctx.set(mem.w_addr[lane], (base + 1 + lane) % 16)
-                ctx.set(mem.w_data[lane], 100 + (base + 1 + lane) % 16)
+        for step, base in enumerate(range(0, depth + 3, 3)):  # every alignment; skip a lane
+            ctx.set(mem.w_addr, base % depth)
+            for lane in range(w_lanes):
+                on = lane != step % w_lanes or w_lanes == 1
+                ctx.set(mem.w_en[lane], on)
+                ctx.set(mem.w_data[lane], 7 * step + lane)
+                if on:
+                    want[(base + lane) % depth] = 7 * step + lane
             await ctx.tick()
-        for lane in range(2):
+        for lane in range(w_lanes):
             ctx.set(mem.w_en[lane], 0)
-        for i in range(15):
-            ctx.set(mem.r_addr[0], i)
-            ctx.set(mem.r_addr[1], i + 1)
+        for i in range(depth):
+            ctx.set(mem.r_addr, i)
             await ctx.tick()
-            assert ctx.get(mem.r_data[0]) == 100 + i
-            assert ctx.get(mem.r_data[1]) == 100 + i + 1
+            for lane in range(r_lanes):
+                assert ctx.get(mem.r_data[lane]) == want[(i + lane) % depth], (i, lane)
 
     run(mem, bench)
 
@@ -135,7 +143,9 @@ def test_mem_port_priority_and_burst_boundaries():
 
 ALU_CASES = [(op, a, b) for op in AluOp for a, b in
              [(5, 3), (-7, 2), (123456, -4), (-1, 31), (1 << 30, 40), (3, -32), (-5, -1),
-              (2**31 - 1, 2), (-(2**31), -1)]]
+              (2**31 - 1, 2), (-(2**31), -1), (-7, 31), (-7, 32), (5, -31), (5, -33),
+              (-3, -31), (0x12345678, 1 << 20), (0x12345678, -(1 << 20)),
+              (-(2**31), 31), (-(2**31), -(2**31)), (2**31 - 1, 2**31 - 1), (-1, 0), (7, 0)]]
 
 
 def test_alu_matches_semantics():
