@@ -107,6 +107,13 @@ def _pool_module() -> ir.Module:
     b.position_at_end(out)
     b.ret_void()
 
+    # publish(p, v): *p = v, a release store (what was written before is seen first)
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64, i64]), name="publish")
+    p, v = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.store_atomic(v, p, "release", 8)
+    b.ret_void()
+
     # work(inc, ctl, iters) -> 1 (a Python job is waiting) or 0 (no job for `iters` polls)
     fn = ir.Function(mod, ir.FunctionType(i64, [p64, p64, i64]), name="work")
     inc, ctl, iters = fn.args
@@ -157,6 +164,8 @@ class _Native:
 
     ``wait_eq(p, target)``: return once the int64 at `p` equals `target`.
 
+    ``publish(p, v)``: store `v` at `p` after everything written before (a release store).
+
     ``work(inc, ctl, iters)``: a worker's loop: signal `inc` like `spin`, then poll the control
     block `ctl` for a new generation; run a native job there and then (``fn(arg)``, then mark it
     done), return 1 for a Python job, or 0 after `iters` polls without a job.
@@ -174,6 +183,7 @@ class _Native:
         vp, i64 = ctypes.c_void_p, ctypes.c_int64
         self.spin = self.jm.cfunc("spin", i64, vp, vp, i64, i64)
         self.wait_eq = self.jm.cfunc("wait_eq", None, vp, i64)
+        self.publish = self.jm.cfunc("publish", None, vp, i64)
         self.work = self.jm.cfunc("work", i64, vp, vp, i64)
         word = np.zeros(1, np.int64)
         n = 20000
@@ -253,7 +263,8 @@ class _Worker:
             self.ctl[CTL_FN] = fn
             self.ctl[CTL_ARG] = arg
             gen = int(self.ctl[CTL_GEN]) + 1
-            self.ctl[CTL_GEN] = gen  # an aligned 8-byte store: seen whole by the poller
+            # the poller reads the job after it sees the new generation
+            _native().publish(self.addr + 8 * CTL_GEN, gen)
             wake, self.sleeping = self.sleeping, False
         if wake:
             self.wake.put(None)
