@@ -10,6 +10,7 @@ import numpy as np
 
 from . import gemm as G
 from . import irutil as U
+from .depthwise import max_pool_module
 from .jit import CACHE
 from .parallel import run_parallel, split_range
 
@@ -38,7 +39,10 @@ class PoolGeom:
 
 
 def _pool_module(kind: PoolKind, g: PoolGeom) -> ir.Module:
-    """pool(x, y, p0, p1): planes [p0, p1) (a plane is one (n, c) image)."""
+    """pool(x, y, p0, p1): planes [p0, p1) (a plane is one (n, c) image). Max pooling is the
+    row-vectorised window kernel of `depthwise`; average pooling a scalar loop per output."""
+    if kind == "max":
+        return max_pool_module(g)
     m = ir.Module(name=f"pool_{kind}_{g.h}x{g.w}_k{g.kh}x{g.kw}_s{g.sh}x{g.sw}_p{g.ph}x{g.pw}")
     _, b = U.new_function(m, "pool", [("x", U.PTR), ("y", U.PTR), ("p0", U.I64),
                                        ("p1", U.I64)])

@@ -63,6 +63,15 @@ def test_pool2d(kind, k, s, p):
                                **TOL)
 
 
+@pytest.mark.parametrize("h,w", [(7, 7), (9, 33), (112, 112), (4, 300)])
+@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (3, 1, 1), (2, 2, 0), (5, 3, 2)])
+def test_max_pool_rows_of_any_width_and_negative_values(h, w, k, s, p):
+    # widths: one partial chunk, chunks + a partial one, 7 chunks, the row loop; all values
+    # negative so that a padding lane read as 0 instead of -inf would win
+    x = rand(1, 2, h, w) - 10.0
+    np.testing.assert_allclose(P.max_pool2d(x, k, s, p), pool_ref("max", x, k, s, p), **TOL)
+
+
 def test_avg_pool_count_include_pad():
     x = rand(1, 2, 7, 7)
     np.testing.assert_allclose(P.avg_pool2d(x, 3, 2, 1, count_include_pad=True),
