@@ -28,7 +28,7 @@ _spec.loader.exec_module(_ref)
 OUT_OF_SCOPE, NOT_IMPLEMENTED = _ref.OUT_OF_SCOPE, _ref.NOT_IMPLEMENTED
 _outside_contract = _ref._outside_contract
 
-# TODO(From ONNX to CPU code): failing tests of lowered operators, with the reason.
+# Known failures of lowered operators, with the reason.
 CPU_KNOWN_FAILURES: dict[str, list[str]] = {
     # float16 softmax/matmul are computed in float32 and rounded once; the expected values
     # round every float16 step, so 2 of 192 values differ by one float16 ulp (rtol 1e-3).
