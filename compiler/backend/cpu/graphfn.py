@@ -15,17 +15,18 @@ as constants. Every thread of a run enters it (`parallel.run_native`) and walks 
 
 ``state`` holds two counters per unit, each on its own cache line; the caller zeroes it before
 each run. A thread waits by polling with ``pause`` and yields the core every 64 polls
-(`parallel.relax`).
+(`parallel.poll_until`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
 from .irutil import F32, I64, PTR, VOID, i64
-from .parallel import relax
+from .parallel import poll_until
 
 # argument kinds of a resolved call: ("p", address), ("i", int), ("f", float), ("lo",), ("hi",)
 NativeArg = tuple
@@ -89,6 +90,11 @@ def _emit_calls(b: ir.IRBuilder, step: NativeStep, lo: ir.Value, hi: ir.Value) -
         b.call(b.inttoptr(i64(c.address), fty.as_pointer()), vals)
 
 
+def _all_done(b: ir.IRBuilder, done_p: ir.Value, parts: int) -> tuple[ir.Value, ir.Value]:
+    done = b.load_atomic(done_p, "acquire", 8)
+    return b.icmp_signed(">=", done, i64(parts)), done
+
+
 def build_graph_module(steps: list[NativeStep], name: str = "vtakit_graph") -> ir.Module:
     """``void graph(i64 state)``: run `steps` in order, cooperating with every other thread that
     runs it on the same zeroed `state` (`state_words` int64 words, 64-byte aligned)."""
@@ -105,8 +111,6 @@ def build_graph_module(steps: list[NativeStep], name: str = "vtakit_graph") -> i
         claim = fn.append_basic_block(f"u{u}.claim")
         body = fn.append_basic_block(f"u{u}.body")
         wait = fn.append_basic_block(f"u{u}.wait")
-        poll = fn.append_basic_block(f"u{u}.poll")
-        nxt = fn.append_basic_block(f"u{u}.next")
         b.branch(claim)
         b.position_at_end(claim)
         part = b.atomic_rmw("add", claim_p, i64(1), "monotonic")
@@ -126,17 +130,6 @@ def build_graph_module(steps: list[NativeStep], name: str = "vtakit_graph") -> i
         b.atomic_rmw("add", done_p, i64(1), "release")
         b.branch(claim)
         b.position_at_end(wait)
-        b.branch(poll)
-        b.position_at_end(poll)
-        i = b.phi(I64)
-        i.add_incoming(i64(0), wait)
-        done = b.load_atomic(done_p, "acquire", 8)
-        relax_bb = fn.append_basic_block(f"u{u}.relax")
-        b.cbranch(b.icmp_signed(">=", done, i64(parts)), nxt, relax_bb)
-        b.position_at_end(relax_bb)
-        relax(b, i)
-        i.add_incoming(b.add(i, i64(1)), b.block)
-        b.branch(poll)
-        b.position_at_end(nxt)
+        poll_until(b, functools.partial(_all_done, done_p=done_p, parts=parts))
     b.ret_void()
     return mod

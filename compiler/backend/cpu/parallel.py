@@ -60,6 +60,30 @@ def relax(b: ir.IRBuilder, i: ir.Value) -> None:
     b.position_at_end(next_bb)
 
 
+def poll_until(b: ir.IRBuilder, ready: Callable[[ir.IRBuilder], tuple[ir.Value, ir.Value]],
+               limit: ir.Value | None = None) -> ir.Value:
+    """Emit a polling loop at `b`'s position: each round evaluates ``ready(b)`` -> (done flag,
+    value) and `relax`es until done (or after `limit` rounds). Returns the last value read;
+    `b` is left after the loop."""
+    fn = b.function
+    start = b.block
+    loop, body, out = (fn.append_basic_block(n) for n in ("poll", "poll.again", "poll.done"))
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(ir.IntType(64))
+    i.add_incoming(i64c(0), start)
+    done, value = ready(b)
+    if limit is not None:
+        done = b.or_(done, b.icmp_signed(">=", i, limit))
+    b.cbranch(done, out, body)
+    b.position_at_end(body)
+    relax(b, i)
+    i.add_incoming(b.add(i, i64c(1)), b.block)
+    b.branch(loop)
+    b.position_at_end(out)
+    return value
+
+
 def _pool_module() -> ir.Module:
     """The pool's polling loops (see the functions' docstrings in `_Native`)."""
     i64 = ir.IntType(64)
@@ -69,42 +93,16 @@ def _pool_module() -> ir.Module:
     # spin(inc, p, old, iters) -> *p
     fn = ir.Function(mod, ir.FunctionType(i64, [p64, p64, i64, i64]), name="spin")
     inc, p, old, iters = fn.args
-    entry, signal, loop, body, out = (fn.append_basic_block(n) for n in (
-        "entry", "signal", "loop", "body", "out"))
-    b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_unsigned("!=", b.ptrtoint(inc, i64), i64c(0)), signal, loop)
-    b.position_at_end(signal)
-    b.atomic_rmw("add", inc, i64c(1), "seq_cst")
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(i64)
-    i.add_incoming(i64c(0), entry)
-    i.add_incoming(i64c(0), signal)
-    v = b.load_atomic(p, "acquire", 8)
-    b.cbranch(b.or_(b.icmp_signed("!=", v, old), b.icmp_signed(">=", i, iters)), out, body)
-    b.position_at_end(body)
-    relax(b, i)
-    i.add_incoming(b.add(i, i64c(1)), b.block)
-    b.branch(loop)
-    b.position_at_end(out)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    _signal(b, inc)
+    v = poll_until(b, lambda b: _changed(b, p, old), iters)
     b.ret(v)
 
     # wait_eq(p, target): until *p == target
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64, i64]), name="wait_eq")
     p, target = fn.args
-    entry, loop, body, out = (fn.append_basic_block(n) for n in ("entry", "loop", "body", "out"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(i64)
-    i.add_incoming(i64c(0), entry)
-    v = b.load_atomic(p, "acquire", 8)
-    b.cbranch(b.icmp_signed("==", v, target), out, body)
-    b.position_at_end(body)
-    relax(b, i)
-    i.add_incoming(b.add(i, i64c(1)), b.block)
-    b.branch(loop)
-    b.position_at_end(out)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    poll_until(b, lambda b: _equal(b, p, target))
     b.ret_void()
 
     # publish(p, v): *p = v, a release store (what was written before is seen first)
@@ -117,17 +115,15 @@ def _pool_module() -> ir.Module:
     # work(inc, ctl, iters) -> 1 (a Python job is waiting) or 0 (no job for `iters` polls)
     fn = ir.Function(mod, ir.FunctionType(i64, [p64, p64, i64]), name="work")
     inc, ctl, iters = fn.args
-    entry, signal, loop, got, native, body, out_py, out_idle = (fn.append_basic_block(n) for n in (
-        "entry", "signal", "loop", "got", "native", "body", "out_py", "out_idle"))
+    entry, loop, got, native, body, out_py, out_idle = (fn.append_basic_block(n) for n in (
+        "entry", "loop", "got", "native", "body", "out_py", "out_idle"))
     b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_unsigned("!=", b.ptrtoint(inc, i64), i64c(0)), signal, loop)
-    b.position_at_end(signal)
-    b.atomic_rmw("add", inc, i64c(1), "seq_cst")
+    _signal(b, inc)
+    start = b.block
     b.branch(loop)
     b.position_at_end(loop)
     i = b.phi(i64)
-    i.add_incoming(i64c(0), entry)
-    i.add_incoming(i64c(0), signal)
+    i.add_incoming(i64c(0), start)
     gen = b.load_atomic(b.gep(ctl, [i64c(CTL_GEN)]), "acquire", 8)
     seen = b.load(b.gep(ctl, [i64c(CTL_SEEN)]))
     b.cbranch(b.icmp_signed("!=", gen, seen), got, body)
@@ -153,6 +149,27 @@ def _pool_module() -> ir.Module:
     b.position_at_end(out_idle)
     b.ret(i64c(0))
     return mod
+
+
+def _signal(b: ir.IRBuilder, inc: ir.Value) -> None:
+    """Add 1 to the int64 at `inc` unless `inc` is null (a finished job's counter)."""
+    fn = b.function
+    signal, cont = fn.append_basic_block("signal"), fn.append_basic_block("signalled")
+    b.cbranch(b.icmp_unsigned("!=", b.ptrtoint(inc, ir.IntType(64)), i64c(0)), signal, cont)
+    b.position_at_end(signal)
+    b.atomic_rmw("add", inc, i64c(1), "seq_cst")
+    b.branch(cont)
+    b.position_at_end(cont)
+
+
+def _changed(b: ir.IRBuilder, p: ir.Value, old: ir.Value) -> tuple[ir.Value, ir.Value]:
+    v = b.load_atomic(p, "acquire", 8)
+    return b.icmp_signed("!=", v, old), v
+
+
+def _equal(b: ir.IRBuilder, p: ir.Value, target: ir.Value) -> tuple[ir.Value, ir.Value]:
+    v = b.load_atomic(p, "acquire", 8)
+    return b.icmp_signed("==", v, target), v
 
 
 class _Native:
