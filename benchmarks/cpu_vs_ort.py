@@ -44,7 +44,7 @@ def _median_ms(fns, repeat: int) -> list[float]:
 def main() -> None:
     import onnxruntime as ort
 
-    from vtakit.compiler import models
+    from vtakit import models
     from vtakit.compiler.compile import compile_model
     from vtakit.runtime.session import InferenceSession
 

@@ -1,4 +1,5 @@
-"""An `onnx.backend.base.Backend` over the importer and the reference interpreter, so that the
+"""ONNX `onnx.backend.base.Backend` adapters: `ReferenceBackend` (the importer and the reference
+interpreter) and `compiled_backend(target)` (`CpuBackend`: the compiled CPU path), so that the
 ONNX backend node tests (tests/conformance) check both against the ONNX specification."""
 
 from __future__ import annotations
@@ -87,3 +88,62 @@ class ReferenceBackend(Backend):
     @classmethod
     def supports_device(cls, device: str) -> bool:
         return device == "CPU"
+
+
+class CompiledRep(ReferenceRep):
+    """A model compiled for a backend and run by the runtime; re-specialised per run when an
+    input decides a shape (as the reference backend does)."""
+
+    target = "cpu"
+    options: Any = None
+
+    def __init__(self, model: onnx.ModelProto, graph: Graph | None) -> None:
+        super().__init__(model, graph)
+        self.executor = self._executor(graph) if graph is not None else None
+
+    def _executor(self, g: Graph) -> Any:
+        from vtakit.runtime.executor import GraphExecutor
+
+        from .lowering import lower_graph
+        from .pipeline import optimize
+
+        plan, _ = lower_graph(optimize(g), self.target, self.options, threads=1)
+        return GraphExecutor(plan)
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        feeds = self.feeds(inputs)
+        ex = self.executor
+        if ex is None:
+            ex = self._executor(_specialise(self.model, feeds))
+        for name in ex.input_names:
+            ex.set_input(name, feeds[name])
+        ex.run()
+        return tuple(ex.get_output(i) for i in range(len(ex.output_names)))
+
+
+def compiled_backend(target: str = "cpu", options: Any = None) -> type[ReferenceBackend]:
+    """An ONNX `Backend` whose `prepare` compiles for `target` (a registered backend; nodes it
+    does not take run on the CPU backend) in this process; `run_node` is the reference
+    backend's (it builds a one-node model and calls ``prepare``). Kernels are compiled through
+    the runtime's kernel cache, so tests with the same kernel share its machine code."""
+    from .backend import get_backend
+
+    get_backend(target)
+    rep = type(f"{target.capitalize()}Rep", (CompiledRep,),
+               {"target": target, "options": options})
+
+    class _Compiled(ReferenceBackend):
+        @classmethod
+        def prepare(cls, model: onnx.ModelProto, device: str = "CPU",
+                    **kwargs: Any) -> ReferenceRep:
+            try:
+                graph: Graph | None = import_onnx(model)
+            except NonConstantError:
+                graph = None
+            return rep(model, graph)
+
+    _Compiled.__name__ = _Compiled.__qualname__ = f"{target.capitalize()}Backend"
+    return _Compiled
+
+
+CpuBackend = compiled_backend("cpu")

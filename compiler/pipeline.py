@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .debug import debug_level
+from vtakit.debug import debug_level
+
 from .ir.graph import Graph
 from .ir.verify import verify
 from .passes import (

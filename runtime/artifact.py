@@ -2,13 +2,15 @@
 
 Members:
 
-- ``manifest.json``: format and vtakit versions, targets, input/output names, shapes and
-  dtypes, thread count, the creator, and the host CPU name and features the object code was
-  built for;
-- ``plan.json``: the lowered program (buffers, steps and calls; see `CpuProgram`);
+- ``manifest.json``: format and vtakit versions, the backends used, input/output names, shapes
+  and dtypes, thread count, the creator; where an accelerator backend is used, its hardware
+  configuration (``hw_config``) and that configuration's hash (``hw_config_hash``);
+- ``plan.json``: the backend-neutral plan (buffers, steps naming their backend, and each
+  backend's section metadata; see `runtime.plan.Plan`);
 - ``params.npz``: constants (weights, pre-packed);
-- ``cpu/<target>.o``: object code per target (``host`` for this machine, ``aarch64``);
-- ``cpu/module.ll``: the linked LLVM IR, JIT-compiled where the object code does not fit.
+- ``<backend>/...``: each backend's own files; the CPU's are ``cpu/module.ll`` (every kernel,
+  linked LLVM IR) and ``cpu/<target>.o`` (object code; the section metadata says for which
+  triple, CPU and features).
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vtakit.compiler.backend.cpu.program import CpuProgram
+from .plan import Plan, PlanError
+from .runners import runner_class
 
 FORMAT = "vtakit-artifact"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_TOP_MEMBERS = {"manifest.json", "plan.json", "params.npz"}
 
 
 class ArtifactError(ValueError):
@@ -39,31 +43,29 @@ class Artifact:
     Parameters
     ----------
     manifest : dict
-        Versions, targets, graph signature and build host (see the module docstring).
-    program : CpuProgram
-        The lowered program (its kernels are only known by index here).
-    ir_text : str
-        The linked LLVM IR of all kernels.
-    objects : dict of str to bytes
-        Object code by target name (``"host"``, ``"aarch64"``).
+        Versions, backends, graph signature, hardware configuration (see the module docstring).
+    plan : Plan
+        The plan, with one section per backend (the sections' members are the backend files).
     """
 
     manifest: dict[str, Any]
-    program: CpuProgram
-    ir_text: str
-    objects: dict[str, bytes] = field(default_factory=dict)
+    plan: Plan
+
+    @property
+    def backends(self) -> list[str]:
+        return list(self.manifest.get("backends", self.plan.backends))
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("manifest.json", json.dumps(self.manifest, indent=1))
-            z.writestr("plan.json", json.dumps(self.program.plan_json()))
+            z.writestr("plan.json", json.dumps(self.plan.to_json()))
             pbuf = io.BytesIO()
-            np.savez(pbuf, **self.program.params)
+            np.savez(pbuf, **self.plan.params)  # type: ignore[arg-type]
             z.writestr("params.npz", pbuf.getvalue())
-            z.writestr("cpu/module.ll", self.ir_text)
-            for target, obj in self.objects.items():
-                z.writestr(f"cpu/{target}.o", obj)
+            for backend, section in self.plan.sections.items():
+                for member, data in section.members.items():
+                    z.writestr(f"{backend}/{member}", data)
         return buf.getvalue()
 
     def save(self, path: str | Path) -> None:
@@ -73,7 +75,14 @@ class Artifact:
     def load(cls, source: str | Path | bytes) -> Artifact:
         """Read an artifact from a path or from its bytes; `ArtifactError` says what is wrong."""
         what = "<bytes>" if isinstance(source, bytes) else str(source)
-        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        if isinstance(source, bytes):
+            data = source
+        else:
+            try:
+                data = Path(source).read_bytes()
+            except OSError as e:
+                raise ArtifactError(f"{what}: cannot read the artifact ({e.strerror or e})") \
+                    from None
         try:
             z = zipfile.ZipFile(io.BytesIO(data))
         except zipfile.BadZipFile:
@@ -95,34 +104,36 @@ class Artifact:
                 raise ArtifactError(f"{what}: format version {version!r} is not supported "
                                     f"(this vtakit reads version {FORMAT_VERSION}); recompile "
                                     f"the model with this vtakit")
-            missing = {"plan.json", "params.npz", "cpu/module.ll"} - names
+            missing = {"plan.json", "params.npz"} - names
             if missing:
                 raise ArtifactError(f"{what}: corrupt artifact, missing {sorted(missing)}")
             try:
-                plan = json.loads(z.read("plan.json"))
+                plan_json = json.loads(z.read("plan.json"))
                 with np.load(io.BytesIO(z.read("params.npz"))) as npz:
                     params = {k: npz[k] for k in npz.files}
-                ir_text = z.read("cpu/module.ll").decode()
-                objects = {n[4:-2]: z.read(n) for n in names
-                           if n.startswith("cpu/") and n.endswith(".o")}
-                program = CpuProgram.from_plan_json(plan, params)
+                members: dict[str, dict[str, bytes]] = {}
+                for n in sorted(names - _TOP_MEMBERS):
+                    backend, sep, member = n.partition("/")
+                    if sep and member and not n.endswith("/"):
+                        members.setdefault(backend, {})[member] = z.read(n)
             except (ValueError, KeyError, TypeError, zipfile.BadZipFile, OSError) as e:
                 raise ArtifactError(f"{what}: corrupt artifact ({type(e).__name__}: {e})") \
                     from None
-        return cls(manifest, program, ir_text, objects)
-
-    def load_code(self) -> Any:
-        """The machine code for this process: the host object when it was built for this
-        CPU, else the IR compiled now."""
-        from vtakit.compiler.backend.cpu import jit
-        from vtakit.compiler.backend.cpu.codegen_link import LoadedCode
-
-        cpu, features = jit.host_cpu()
-        built = self.manifest.get("host", {})
-        if ("host" in self.objects and built.get("cpu") == cpu
-                and built.get("features") == features):
+        try:
+            plan = Plan.from_json(plan_json, params, members)
+        except PlanError as e:
+            raise ArtifactError(f"{what}: corrupt plan.json: {e}") from None
+        backends = manifest.get("backends")
+        if not isinstance(backends, list) or set(backends) != set(plan.sections):
+            raise ArtifactError(f"{what}: the manifest's backends {backends!r} do not match the "
+                                f"plan's sections {sorted(plan.sections)}")
+        for name, section in plan.sections.items():
             try:
-                return LoadedCode(obj=self.objects["host"])
-            except RuntimeError:
-                pass  # fall back to the IR below; the object may not link here
-        return LoadedCode(ir_text=self.ir_text)
+                runner = runner_class(name)
+            except ValueError as e:
+                raise ArtifactError(f"{what}: {e}") from None
+            try:
+                runner.check_section(section)
+            except ValueError as e:
+                raise ArtifactError(f"{what}: corrupt artifact: {e}") from None
+        return cls(manifest, plan)

@@ -1,32 +1,33 @@
-"""`GraphExecutor`: runs a `CpuProgram` by calling its compiled functions in order.
+"""`GraphExecutor`: runs a `Plan`, handing each backend's steps to that backend's runner.
 
-All buffers are allocated once (inputs, outputs, the arena, the parameters) so every call's
-arguments are fixed when the executor is built. `run` makes one call into a function compiled for
-this executor (`compiler.backend.cpu.graphfn`) that runs every step with those arguments baked in,
-on all threads at once; `profile` calls each step's kernels through ctypes, one step at a time.
+All host buffers are allocated once (inputs, outputs, the arena, the parameters), so every
+call's arguments are fixed when the executor is built. The steps are cut into segments (maximal
+runs of consecutive steps of one backend); each runner prepares its segments once, and `run`
+runs the segments in order. A plan that is all CPU is one segment: one call into a function
+compiled for this executor that runs every step on all threads at once (`runtime.cpu`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from vtakit.compiler.backend.cpu import graphfn
-from vtakit.compiler.backend.cpu.parallel import run_native, run_parallel, split_range
-from vtakit.compiler.backend.cpu.program import CpuProgram
+from .plan import Plan, PlanError
+from .runners import HostBuffers, Runner, Segment, runner_class
 
 if TYPE_CHECKING:
     from .artifact import Artifact
 
-_CT = {"p": ctypes.c_void_p, "l": ctypes.c_int64, "f": ctypes.c_float}
-Resolver = Callable[[int, str], int]
-# A split step is cut into this many parts per thread, taken by the threads as they come free,
-# so that a slow or busy core does not hold the others up.
-CHUNKS_PER_THREAD = 4
+
+class StepProfile(NamedTuple):
+    """One step's time in `GraphExecutor.profile`."""
+
+    name: str
+    op: str
+    backend: str
+    ms: float
 
 
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
@@ -35,48 +36,39 @@ def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[off:off + nbytes]
 
 
-def jit_resolver(program: CpuProgram) -> Resolver:
-    """Addresses from kernels compiled in this process (one cached module per kernel)."""
-    from vtakit.compiler.backend.cpu.jit import CACHE
-
-    mods = [CACHE.get(k.key, k.build) for k in program.kernels]
-    return lambda i, fname: mods[i].address(fname)
-
-
 class GraphExecutor:
     """Runs a compiled graph.
 
     Parameters
     ----------
-    artifact : Artifact or CpuProgram
-        A loaded artifact (its object code is loaded with MCJIT, or its IR JIT-compiled when
-        the object code does not fit this CPU), or a program lowered in this process.
+    artifact : Artifact or Plan
+        A loaded artifact, or a plan lowered in this process (`vtakit.compiler.lower_model`).
     threads : int, optional
-        Threads for the split steps (default: the thread count the program was compiled for).
+        Threads for the split steps (default: the thread count the plan was compiled for).
 
     Attributes
     ----------
-    program : CpuProgram
+    plan : Plan
     threads : int
     input_names, output_names : list of str
+    runners : dict of str to Runner
+        The runner of each backend the plan uses.
     """
 
-    def __init__(self, artifact: Artifact | CpuProgram, threads: int | None = None) -> None:
+    def __init__(self, artifact: Artifact | Plan, threads: int | None = None) -> None:
         from .artifact import Artifact
 
         if isinstance(artifact, Artifact):
-            self.program = artifact.program
-            self._code = artifact.load_code()
-            resolve: Resolver = self._code.address
-        elif isinstance(artifact, CpuProgram):
-            self.program = artifact
-            resolve = jit_resolver(artifact)
+            self.plan, manifest = artifact.plan, artifact.manifest
+        elif isinstance(artifact, Plan):
+            self.plan, manifest = artifact, {}
         else:
-            raise TypeError(f"GraphExecutor: expected an Artifact or a CpuProgram, got "
+            raise TypeError(f"GraphExecutor: expected an Artifact or a Plan, got "
                             f"{type(artifact).__name__}")
-        p = self.program
+        p = self.plan
         self.threads = p.threads if threads is None else threads
-        if not isinstance(self.threads, int) or self.threads < 1:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) \
+                or self.threads < 1:
             raise ValueError(f"GraphExecutor: threads={threads!r}, expected an int >= 1")
         self.input_names = [n for n, _, _ in p.inputs]
         self.output_names = [n for n, _, _ in p.outputs]
@@ -84,59 +76,35 @@ class GraphExecutor:
         self._inputs = [np.empty(shape, np.dtype(dt)) for _, dt, shape in p.inputs]
         self._outputs = [np.empty(shape, np.dtype(dt)) for _, dt, shape in p.outputs]
         self._params = {k: np.ascontiguousarray(v) for k, v in p.params.items()}
-        base = []
+        arrays: list[np.ndarray] = []
         for b in p.buffers:
             if b.kind == "arena":
-                base.append(self._arena.ctypes.data + b.offset)
+                arrays.append(self._arena[b.offset:b.offset + b.nbytes])
             elif b.kind == "input":
-                base.append(self._inputs[b.index].ctypes.data)
+                arrays.append(self._inputs[b.index])
             elif b.kind == "output":
-                base.append(self._outputs[b.index].ctypes.data)
+                arrays.append(self._outputs[b.index])
             else:
-                base.append(self._params[b.name].ctypes.data)
-        fns: dict[tuple[int, str, str], Any] = {}
-        addrs: dict[tuple[int, str], int] = {}
-        self._steps: list[tuple[str, str, list[Callable[[], None]]]] = []
-        native: list[graphfn.NativeStep] = []
-        for s in p.steps:
-            parts = split_range(s.extent, _parts(s.extent, self.threads) if s.parallel
-                                else 1) if s.extent else [(0, 0)]
-            ncalls = []
-            for c in s.calls:
-                addr = addrs.get((c.kernel, c.fname))
-                if addr is None:
-                    addr = addrs[c.kernel, c.fname] = resolve(c.kernel, c.fname)
-                nargs: list[graphfn.NativeArg] = []
-                for a in c.args:
-                    if a[0] == "b":
-                        nargs.append(("p", base[a[1]] + a[2]))
-                    elif a[0] in ("i", "f", "lo", "hi"):
-                        nargs.append(tuple(a))
-                    else:
-                        raise ValueError(f"step {s.name!r}: unknown argument kind {a!r}")
-                ncalls.append(graphfn.NativeCall(addr, c.sig, tuple(nargs)))
-            native.append(graphfn.NativeStep(tuple(ncalls), s.extent, len(parts)))
-            tasks = []
-            for lo, hi in parts:
-                calls = []
-                for c, nc in zip(s.calls, ncalls):
-                    key = (c.kernel, c.fname, c.sig)
-                    fn = fns.get(key)
-                    if fn is None:
-                        fn = fns[key] = ctypes.CFUNCTYPE(None, *[_CT[ch] for ch in c.sig])(
-                            nc.address)
-                    args = [lo if a[0] == "lo" else hi if a[0] == "hi" else a[1]
-                            for a in nc.args]
-                    calls.append((fn, tuple(args)))
-                tasks.append(_bind(calls))
-            self._steps.append((s.name, s.op, tasks))
-        from vtakit.compiler.backend.cpu.jit import JitModule
-
-        self._graph = JitModule(graphfn.build_graph_module(native)).compile()
-        self._graph_addr = self._graph.address("graph")
-        self._graph_call = self._graph.cfunc("graph", None, ctypes.c_int64)
-        self._state = _aligned(8 * graphfn.state_words(native)).view(np.int64)
-        self._state_addr = self._state.ctypes.data
+                arrays.append(self._params[b.name])
+        memory = HostBuffers(arrays, [a.ctypes.data for a in arrays])
+        self.runners: dict[str, Runner] = {}
+        for name in p.backends:
+            if name not in p.sections:
+                raise PlanError(f"the plan has steps for backend {name!r} but no section for it "
+                                f"(sections: {sorted(p.sections)})")
+            self.runners[name] = runner_class(name)(p, p.sections[name], memory, self.threads,
+                                                    manifest)
+        self._segments: list[Segment] = []
+        self._step_info: list[tuple[str, str, str]] = []
+        i = 0
+        while i < len(p.steps):
+            j = i
+            while j < len(p.steps) and p.steps[j].backend == p.steps[i].backend:
+                j += 1
+            self._segments.append(self.runners[p.steps[i].backend].segment(p.steps[i:j]))
+            i = j
+        self._step_info = [(s.name, s.op, s.backend) for s in p.steps]
+        self._runs = [s.run for s in self._segments]
 
     def _index(self, names: list[str], key: int | str, what: str) -> int:
         if isinstance(key, str):
@@ -151,16 +119,20 @@ class GraphExecutor:
         raise TypeError(f"{what} must be named by a str or an int index, got "
                         f"{type(key).__name__}")
 
-    def set_input(self, name: int | str, array: object) -> None:
+    def set_input(self, name: int | str, array: Any) -> None:
         """Copy `array` into input `name` (a name or an index); its dtype and shape must be the
-        compiled ones."""
+        compiled ones. `array` is a numpy array, anything with ``__dlpack__`` on the CPU (a
+        torch tensor, a JAX or CuPy-on-host array: read in place, without an intermediate copy),
+        or a list/scalar."""
         i = self._index(self.input_names, name, "input")
         if not isinstance(array, np.ndarray):
-            if isinstance(array, (list, tuple, int, float, np.generic)):
+            if hasattr(array, "__dlpack__"):
+                array = _from_dlpack(array, self.input_names[i])
+            elif isinstance(array, (list, tuple, int, float, np.generic)):
                 array = np.asarray(array)
             else:
-                raise TypeError(f"input {self.input_names[i]!r}: expected a numpy.ndarray, got "
-                                f"{type(array).__name__}")
+                raise TypeError(f"input {self.input_names[i]!r}: expected a numpy.ndarray or "
+                                f"an object with __dlpack__, got {type(array).__name__}")
         dst = self._inputs[i]
         if array.dtype != dst.dtype:
             raise TypeError(f"input {self.input_names[i]!r}: got dtype {array.dtype}, expected "
@@ -172,42 +144,46 @@ class GraphExecutor:
 
     def run(self) -> None:
         """Run every step once, in order, on `threads` threads."""
-        self._state.fill(0)
-        run_native(self._graph_addr, self._state_addr, self.threads, self._graph_call)
+        for run in self._runs:
+            run()
 
-    def get_output(self, index_or_name: int | str) -> np.ndarray:
-        """A copy of an output of the last `run`."""
-        return self._outputs[self._index(self.output_names, index_or_name, "output")].copy()
+    def get_output(self, index_or_name: int | str, *, dlpack: bool = False) -> np.ndarray:
+        """An output of the last `run`: a copy, or with ``dlpack=True`` the executor's own
+        output array without a copy (it supports ``__dlpack__``, so ``torch.from_dlpack(x)``
+        shares it); the next `run` overwrites it."""
+        out = self._outputs[self._index(self.output_names, index_or_name, "output")]
+        return out if dlpack else out.copy()
 
-    def profile(self, repeat: int = 1) -> list[tuple[str, str, float]]:
-        """Run once per repeat, timing every step: (node name, op, milliseconds), averaged."""
-        totals = [0.0] * len(self._steps)
+    def profile(self, repeat: int = 1) -> list[StepProfile]:
+        """Run once per repeat, timing every step: (node name, op, backend, milliseconds),
+        averaged over the repeats."""
+        fns = [f for seg in self._segments for f in seg.steps]
+        totals = [0.0] * len(fns)
         for _ in range(repeat):
-            for k, (_, _, tasks) in enumerate(self._steps):
+            for k, fn in enumerate(fns):
                 t0 = time.perf_counter()
-                if len(tasks) == 1:
-                    tasks[0]()
-                else:
-                    run_parallel(tasks, self.threads)
+                fn()
                 totals[k] += time.perf_counter() - t0
-        return [(name, op, 1e3 * t / repeat) for (name, op, _), t in zip(self._steps, totals)]
+        return [StepProfile(name, op, backend, 1e3 * t / repeat)
+                for (name, op, backend), t in zip(self._step_info, totals)]
+
+    def close(self) -> None:
+        """Release what the runners hold (device memory, for an accelerator)."""
+        for r in self.runners.values():
+            r.close()
 
 
-def _parts(extent: int, threads: int) -> int:
-    """How many parts a split step of `extent` is cut into: `CHUNKS_PER_THREAD` per thread, or
-    one per unit of a smaller extent (more parts than threads let the others take over the work
-    of a thread that is slow or descheduled)."""
-    if threads <= 1:
-        return 1
-    return min(extent, threads * CHUNKS_PER_THREAD)
-
-
-def _bind(calls: list[tuple[Any, tuple]]) -> Callable[[], None]:
-    if len(calls) == 1:
-        fn, args = calls[0]
-        return lambda: fn(*args)
-
-    def run() -> None:
-        for fn, args in calls:
-            fn(*args)
-    return run
+def _from_dlpack(obj: Any, name: str) -> np.ndarray:
+    """A numpy view of a DLPack-capable object on the CPU (no copy)."""
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None:
+        kind, _ = dev()
+        if int(kind) != 1:  # kDLCPU
+            raise TypeError(f"input {name!r}: the DLPack tensor lives on device type "
+                            f"{int(kind)}, expected the CPU (1); copy it to host memory first "
+                            f"(e.g. tensor.cpu())")
+    try:
+        return np.from_dlpack(obj)
+    except (TypeError, BufferError, RuntimeError) as e:
+        raise TypeError(f"input {name!r}: could not read {type(obj).__name__} through DLPack "
+                        f"({e})") from None

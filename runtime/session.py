@@ -2,6 +2,10 @@
 
     sess = InferenceSession("model.vtak")      # or an ONNX model / path / bytes: compiled now
     (y,) = sess.run(None, {"x": x})
+
+The runtime never imports the compiler (a deployed model needs none). An ONNX model is compiled
+by the compiler that the installation declares under the ``vtakit.compilers`` entry point
+(``onnx``: `vtakit.compiler.compile_model`); a runtime installed without it says so.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ class InferenceSession:
     def __init__(self, model: Any, threads: int | None = None) -> None:
         self.artifact = _artifact(model, threads)
         self.executor = GraphExecutor(self.artifact, threads=threads)
-        p = self.artifact.program
+        p = self.artifact.plan
         self._inputs = [NodeArg(n, list(s), _type(d), np.dtype(d)) for n, d, s in p.inputs]
         self._outputs = [NodeArg(n, list(s), _type(d), np.dtype(d)) for n, d, s in p.outputs]
 
@@ -94,6 +98,18 @@ def _artifact(model: Any, threads: int | None) -> Artifact:
             return Artifact.load(path)
     elif isinstance(model, bytes) and model[:2] == b"PK":
         return Artifact.load(model)
-    from vtakit.compiler.compile import compile_model
+    return _compiler()(model, threads=threads or 2)
 
-    return compile_model(model, threads=threads or 2)
+
+def _compiler() -> Any:
+    """The ONNX compiler declared by the installation (entry point group ``vtakit.compilers``,
+    name ``onnx``)."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="vtakit.compilers") if ep.name == "onnx"]
+    if not found:
+        raise TypeError("InferenceSession: got an ONNX model, but no ONNX compiler is installed "
+                        "(entry point vtakit.compilers:onnx); compile it where vtakit's compiler "
+                        "is installed ('vtakit compile model.onnx -o model.vtak') and pass the "
+                        ".vtak file")
+    return found[0].load()

@@ -199,28 +199,83 @@ def _register_sim() -> None:
 _register_sim()
 
 
+class _BackendName(click.ParamType):
+    """A registered compiler backend; the help and the error for an unknown name list the
+    registry (read when needed, so that other commands do not import the compiler)."""
+
+    name = "backend"
+
+    @staticmethod
+    def _names() -> list[str]:
+        from vtakit.compiler.backend import available_backends
+
+        return available_backends()
+
+    def get_metavar(self, param: click.Parameter, *args: object, **kw: object) -> str:
+        return "[" + "|".join(self._names()) + "]"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        from vtakit.compiler.backend import get_backend
+
+        try:
+            return get_backend(str(value)).name
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def _option_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
+    import json
+
+    out: dict[str, object] = {}
+    for p in pairs:
+        key, sep, raw = p.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{p!r}: expected KEY=VALUE", param_hint="--option")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--target", type=click.Choice(["cpu", "aarch64"]), default="cpu",
-              show_default=True, help="cpu: this machine; aarch64: cross-compile for ARM64.")
+@click.option("--target", type=_BackendName(), default="cpu", show_default=True,
+              help="The backend to compile for (a registered backend); nodes it does not take "
+                   "run on cpu.")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the target backend (repeat for several).")
+@click.option("--triple", default=None, metavar="TRIPLE",
+              help="The CPU code's LLVM target triple: this machine by default, 'aarch64' "
+                   "for 64-bit ARM Linux (cross-compiled).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Artifact to write (.vtak).")
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True)
-def compile_cmd(model: Path, target: str, output: Path, threads: int, batch_size: int) -> None:
-    """Compile an ONNX model into one artifact file (object code + LLVM IR + weights)."""
+def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str | None,
+                output: Path, threads: int, batch_size: int) -> None:
+    """Compile an ONNX model into one artifact file (plan, weights, each backend's code)."""
     from vtakit.compiler.compile import compile_model
-    from vtakit.compiler.errors import UnsupportedError
+    from vtakit.compiler.errors import InvalidModelError, UnsupportedError
 
+    opts = _option_pairs(options)
+    cpu_opts: dict[str, object] | None = {"triple": triple} if triple is not None else None
+    if target == "cpu" and cpu_opts:
+        opts.update(cpu_opts)
+        cpu_opts = None
     try:
-        art = compile_model(model, target=target, threads=threads, batch_size=batch_size)
-    except UnsupportedError as err:
+        art = compile_model(model, target=target, options=opts or None, cpu_options=cpu_opts,
+                            threads=threads, batch_size=batch_size)
+    except (UnsupportedError, InvalidModelError) as err:
         raise click.ClickException(f"{model}: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
     art.save(output)
     m = art.manifest
-    click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB): targets {m['targets']}, "
-               f"{m['kernels']} kernels, {m['steps']} steps, compiled in "
-               f"{m['compile_seconds']:.2f} s")
+    by = ", ".join(f"{b} {n}" for b, n in m["steps_by_backend"].items())
+    click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB): target {m['target']}, "
+               f"{m['steps']} steps ({by}), compiled in {m['compile_seconds']:.2f} s")
 
 
 @main.command("run")
@@ -264,5 +319,5 @@ def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, thread
         np.savez(output, **{o.name: y for o, y in zip(sess.get_outputs(), outs)})
         click.echo(f"wrote {output}")
     if profile:
-        for name, op, ms in sess.executor.profile():
-            click.echo(f"{ms:9.3f} ms  {op:18s} {name}")
+        for name, op, backend, ms in sess.executor.profile():
+            click.echo(f"{ms:9.3f} ms  {backend:5s} {op:18s} {name}")

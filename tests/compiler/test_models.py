@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from vtakit.compiler import models
+from vtakit import models
 from vtakit.compiler.frontend import import_onnx
 from vtakit.compiler.ir import Op, run, verify
 

@@ -8,7 +8,7 @@ import collections
 import numpy as np
 import pytest
 
-from vtakit.compiler import models
+from vtakit import models
 from vtakit.compiler.errors import VerifyError
 from vtakit.compiler.frontend import import_onnx
 from vtakit.compiler.ir import DType, Graph, Node, Op, run

@@ -17,7 +17,7 @@ from pathlib import Path
 import onnx.backend.test
 from onnx.backend.test.loader import load_model_tests
 
-from vtakit.compiler.backend.cpu.onnx_backend import CpuBackend
+from vtakit.compiler.onnx_backend import CpuBackend
 
 # The reference suite's exclusion tables, loaded by path (tests are not a package).
 _spec = importlib.util.spec_from_file_location(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vtakit.compiler import models
+from vtakit import models
 from vtakit.compiler.compile import compile_model
 from vtakit.runtime.artifact import Artifact
 from vtakit.runtime.session import InferenceSession

@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from click.testing import CliRunner
 
+from vtakit import models
 from vtakit.cli import main
-from vtakit.compiler import models
 
 
 def test_compile_then_run(tmp_path) -> None:
@@ -16,12 +16,12 @@ def test_compile_then_run(tmp_path) -> None:
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "mlp.onnx"), "--target", "cpu",
                                   "-o", str(tmp_path / "mlp.vtak")])
     assert r.exit_code == 0, r.output
-    assert "wrote" in r.output and "['host']" in r.output
+    assert "wrote" in r.output and "target cpu" in r.output and "(cpu 6)" in r.output
     r = CliRunner().invoke(main, ["run", str(tmp_path / "mlp.vtak"), "--input",
                                   str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npz"),
                                   "--profile"])
     assert r.exit_code == 0, r.output
-    assert "float32[1, 10]" in r.output and " ms " in r.output
+    assert "float32[1, 10]" in r.output and " ms  cpu   gemm" in r.output
     assert np.load(tmp_path / "y.npz")[models.mlp().graph.output[0].name].shape == (1, 10)
 
 
@@ -41,3 +41,23 @@ def test_run_names_a_bad_input_shape(tmp_path) -> None:
     r = CliRunner().invoke(main, ["run", str(tmp_path / "m.vtak"), "--input",
                                   str(tmp_path / "x.npy")])
     assert r.exit_code != 0 and "got shape (2, 784), expected (1, 784)" in r.output
+
+
+def test_unknown_target_lists_the_registry(tmp_path) -> None:
+    onnx.save(models.mlp(), tmp_path / "mlp.onnx")
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "mlp.onnx"), "--target", "tpu",
+                                  "-o", str(tmp_path / "m.vtak")])
+    assert r.exit_code == 2
+    assert "unknown target 'tpu'; the registered backends are ['cpu'" in r.output
+    r = CliRunner().invoke(main, ["compile", "--help"])
+    assert "--target [cpu" in r.output
+
+
+def test_compile_cross_and_backend_options(tmp_path) -> None:
+    onnx.save(models.mlp(), tmp_path / "mlp.onnx")
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "mlp.onnx"), "--triple", "aarch64",
+                                  "-o", str(tmp_path / "a.vtak")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "mlp.onnx"), "--option", "fast=1",
+                                  "-o", str(tmp_path / "b.vtak")])
+    assert r.exit_code != 0 and "unknown option(s) ['fast']" in r.output

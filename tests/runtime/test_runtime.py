@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from vtakit.compiler import models
+from vtakit import models
 from vtakit.compiler.compile import compile_model
 from vtakit.runtime.artifact import Artifact, ArtifactError
 from vtakit.runtime.executor import GraphExecutor
@@ -25,8 +25,10 @@ def test_manifest_and_round_trip(mlp_artifact: Artifact) -> None:
     data = mlp_artifact.to_bytes()
     art = Artifact.load(data)
     m = art.manifest
-    assert m["format_version"] == 1 and m["targets"] == ["host"]
-    assert m["inputs"][0]["shape"] == [1, 784] and m["host"]["cpu"]
+    assert m["format_version"] == 2 and m["backends"] == ["cpu"] and m["target"] == "cpu"
+    assert m["inputs"][0]["shape"] == [1, 784]
+    assert art.plan.sections["cpu"].meta["objects"]["host.o"]["cpu"]
+    assert {s.backend for s in art.plan.steps} == {"cpu"}
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         assert {"manifest.json", "plan.json", "params.npz", "cpu/module.ll",
                 "cpu/host.o"} <= set(z.namelist())
@@ -37,15 +39,18 @@ def test_object_and_ir_paths_agree(mlp_artifact: Artifact) -> None:
     ex = GraphExecutor(mlp_artifact)
     ex.set_input(0, x)
     ex.run()
-    ir_only = Artifact(dict(mlp_artifact.manifest, host={}), mlp_artifact.program,
-                       mlp_artifact.ir_text, {})
+    assert ex.runners["cpu"].code_source == "object"
+    # An object built for another CPU is not loaded: the IR is compiled here instead.
+    ir_only = Artifact.load(mlp_artifact.to_bytes())
+    ir_only.plan.sections["cpu"].meta["objects"]["host.o"]["cpu"] = "some-other-cpu"
     ex2 = GraphExecutor(ir_only, threads=1)
-    assert ex2._code.source == "ir"
+    assert ex2.runners["cpu"].code_source == "ir"
     ex2.set_input("x", x) if "x" in ex2.input_names else ex2.set_input(0, x)
     ex2.run()
     np.testing.assert_allclose(ex.get_output(0), ex2.get_output(0), rtol=1e-6)
     prof = ex.profile()
-    assert prof and all(isinstance(ms, float) for _, _, ms in prof)
+    assert prof and all(isinstance(ms, float) and backend == "cpu"
+                        for _, _, backend, ms in prof)
 
 
 def test_session_errors(mlp_artifact: Artifact) -> None:
@@ -84,8 +89,11 @@ def test_bad_files(mlp_artifact: Artifact, tmp_path) -> None:
 
 
 def test_aarch64_cross_compile(tmp_path) -> None:
-    art = compile_model(models.mlp(), target="aarch64")
+    art = compile_model(models.mlp(), options={"triple": "aarch64"})
     path = tmp_path / "m.vtak"
     art.save(path)
-    obj = Artifact.load(path).objects["aarch64"]
+    section = Artifact.load(path).plan.sections["cpu"]
+    assert section.meta["objects"] == {"aarch64.o": {
+        "triple": "aarch64-unknown-linux-gnu", "cpu": "", "features": ""}}
+    obj = section.members["aarch64.o"]
     assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64

@@ -26,9 +26,10 @@ from typing import Literal
 import llvmlite.ir as ir
 import numpy as np
 
+from vtakit.runtime.cpu.llvm import CACHE, JitModule
+from vtakit.runtime.cpu.parallel import run_parallel, split_range
+
 from . import irutil as U
-from .jit import CACHE, JitModule
-from .parallel import run_parallel, split_range
 
 Act = Literal["none", "relu", "clip"]
 BiasMode = Literal["none", "row", "col"]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
+from vtakit.runtime.cpu.llvm import CACHE
+from vtakit.runtime.cpu.parallel import run_parallel, split_range
+
 from . import gemm as G
 from . import irutil as U
-from .jit import CACHE
-from .parallel import run_parallel, split_range
 
 
 def _module() -> ir.Module:

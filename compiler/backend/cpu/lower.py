@@ -1,6 +1,7 @@
-"""Lower an (optimised) graph to a `CpuProgram`: kernels, buffers and an ordered list of calls.
+"""Lower an (optimised) graph's nodes to CPU steps: kernels, and calls of them in a `Plan`.
 
-    lower(g, threads=2) -> CpuProgram
+    lower_nodes(g, plan_builder) -> PlanSection   # the socket's entry: the nodes left to the CPU
+    lower(g, threads=2) -> Plan                   # a CPU-only plan, for this process
 
 Every node becomes one `Step`: one or more calls of LLVM-generated functions, with buffer
 pointers and integer/float constants as arguments. Nothing is computed with numpy at run time:
@@ -15,14 +16,13 @@ dtypes with broadcasting, reductions, data movement, softmax, layer norm, naive 
 convolution (N-d, integer, quantised), pooling; GridSample (``codegen_sample.py``) and Det
 (``codegen_linalg.py``).
 
-Buffers: graph inputs and outputs, constants (parameters, with the GEMM/convolution weights
-pre-packed), and one arena for every intermediate and scratch buffer, each at a byte offset
-chosen from the live ranges (first-fit, largest first). RESHAPE and IDENTITY alias their
-operand's storage.
+Buffers (in the shared `compiler.lowering.PlanBuilder`): graph inputs and outputs, constants
+(parameters, with the GEMM/convolution weights pre-packed), and one arena for every intermediate
+and scratch buffer, placed from the live ranges by the one memory planner
+(`passes.plan_memory.place`). RESHAPE and IDENTITY alias their operand's storage.
 
-Files: `program.py` (the `CpuProgram` data model and its JSON plan), `lower_base.py` (the
-lowering's state and helpers), `lower_nn.py` (matmul, gemm, conv, pooling, integer ops), this
-file (the walk, elementwise, data movement, reductions, the rest).
+Files: `lower_base.py` (the lowering's state and helpers), `lower_nn.py` (matmul, gemm, conv,
+pooling, integer ops), this file (the walk, elementwise, data movement, reductions, the rest).
 """
 
 from __future__ import annotations
@@ -32,20 +32,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vtakit.runtime.plan import Arg, Call, Plan, Section, Step
+
 from ...errors import UnsupportedError
 from ...ir import ops as o
 from ...ir.dtypes import DType
 from ...ir.graph import Graph
 from ...ir.ops import Node, Op
+from ...lowering import PlanBuilder
+from .. import PlanSection
 from . import codegen_linalg as LA
 from . import codegen_loops as L
 from . import codegen_sample as SA
 from .codegen_scalar import Unsupported
-from .lower_base import ALIGN, _at, _axis_strides, _nbytes, _strides
+from .lower_base import _at, _axis_strides, _nbytes, _strides
 from .lower_nn import NnLowering
-from .program import Arg, Buffer, Call, CpuProgram, KernelRef, Step
-
-__all__ = ["Arg", "Buffer", "Call", "CpuProgram", "KernelRef", "Step", "lower"]
 
 _ELEMENTWISE = {
     Op.IDENTITY, Op.CAST, Op.RELU, Op.SIGMOID, Op.TANH, Op.EXP, Op.LOG, Op.SQRT, Op.ERF, Op.NEG,
@@ -91,25 +92,24 @@ def elementwise_instr(n: Node) -> L.Instr:
 
 class _Lowerer(NnLowering):
     # -- the walk -------------------------------------------------------------------------------
-    def run(self) -> CpuProgram:
-        g = self.g
-        for i, n in enumerate(g.inputs):
-            self.loc[id(n)] = (self.buffer("input", n.dtype, n.shape, index=i, name=n.name), 0)
-        for n in g.nodes:
-            if id(n) in self.loc or n.op is Op.INPUT:
-                continue
-            try:
-                self.node(n)
-            except Unsupported as e:
-                raise UnsupportedError(f"{n.op.name} node {n.name!r}: no CPU code for "
-                                       f"{e} (operands {[s.dtype.value for s in n.src]})"
-                                       ) from None
+    def run(self) -> frozenset[int]:
+        """Lower every node no other backend took and bind the graph's outputs; the positions
+        of the nodes lowered here."""
+        g, plan = self.g, self.plan
+        done = []
+        for i, n in enumerate(g.nodes):
+            if n.op in (Op.INPUT, Op.CONST) or id(n) in plan.taken:
+                continue  # constants get a buffer on first use (where())
+            with plan.lowering(n, "cpu"):
+                try:
+                    self.node(n)
+                except Unsupported as e:
+                    raise UnsupportedError(f"{n.op.name} node {n.name!r}: no CPU code for "
+                                           f"{e} (operands {[s.dtype.value for s in n.src]})"
+                                           ) from None
+            done.append(i)
         self.bind_outputs()
-        arena = self.plan_arena()
-        return CpuProgram(self.kernels, self.buffers, self.steps, self.params,
-                          [(n.name, n.dtype.np.str, n.shape) for n in g.inputs],
-                          [(nm, n.dtype.np.str, n.shape) for nm, n in
-                           zip(g.output_names, g.outputs, strict=True)], arena, self.threads)
+        return frozenset(done)
 
     def bind_outputs(self) -> None:
         claimed: set[int] = set()
@@ -131,40 +131,17 @@ class _Lowerer(NnLowering):
         k = L.copy(n.dtype, (math.prod(shape),), (("affine", 0, 1, math.prod(shape), 1),), (1,))
         self.call_generic(k, [dst, src], name, "copy", n.size)
 
-    def plan_arena(self) -> int:
-        """First-fit offsets for arena buffers from their live ranges over the steps."""
-        first: dict[int, int] = {}
-        last: dict[int, int] = {}
-        for si, s in enumerate(self.steps):
-            for c in s.calls:
-                for a in c.args:
-                    if a[0] == "b" and self.buffers[a[1]].kind == "arena":
-                        first.setdefault(a[1], si)
-                        last[a[1]] = si
-        placed: list[tuple[int, int, int, int]] = []  # start, end, lo, hi (bytes)
-        total = 0
-        order = sorted(first, key=lambda b: -self.buffers[b].nbytes)
-        for b in order:
-            size = -(-max(self.buffers[b].nbytes, 1) // ALIGN) * ALIGN
-            s0, s1 = first[b], last[b]
-            busy = sorted((lo, hi) for (a0, a1, lo, hi) in placed if a0 <= s1 and s0 <= a1)
-            off = 0
-            for lo, hi in busy:
-                if off + size <= lo:
-                    break
-                off = max(off, hi)
-            self.buffers[b].offset = off
-            placed.append((s0, s1, off, off + size))
-            total = max(total, off + size)
-        return total
-
     # -- nodes ----------------------------------------------------------------------------------
     def node(self, n: Node) -> None:
         op = n.op
         if op is Op.CONST:
             return  # a buffer on first use (where())
         if op in (Op.RESHAPE, Op.IDENTITY):
-            self.loc[id(n)] = self.where(n.src[0])
+            if id(n) not in self.loc:  # an alias of the operand's storage
+                self.loc[id(n)] = self.where(n.src[0])
+            else:  # a backend lowered before asked for this value in a buffer of its own
+                self.copy_step(n, self.ptr(n.src[0]), self.ptr(n),
+                               n.name or op.value)
             return
         if n.size == 0:
             self.out(n)
@@ -291,7 +268,7 @@ class _Lowerer(NnLowering):
             k = L.scatter_elements(n.dtype, idx.dtype, x.shape, idx.shape, _at(n).axis,
                                    _at(n).reduction)
             ki = self.kernel(k.key, k.build)
-            self.steps.append(Step(name, "scatter_elements", [Call(ki, k.fname, k.sig, (
+            self.add_step(Step(name, "scatter_elements", [Call(ki, k.fname, k.sig, (
                 dst, self.ptr(idx), self.ptr(upd), ("i", 0), ("i", k.extent)))]))
 
     def op_scatter_nd(self, n: Node, name: str) -> None:
@@ -303,7 +280,7 @@ class _Lowerer(NnLowering):
         if rows:
             k = L.index_rows(n.dtype, idx.dtype, x.shape, 0, rows, kk, True, _at(n).reduction)
             ki = self.kernel(k.key, k.build)
-            self.steps.append(Step(name, "scatter_nd", [Call(ki, k.fname, k.sig, (
+            self.add_step(Step(name, "scatter_nd", [Call(ki, k.fname, k.sig, (
                 dst, self.ptr(upd), self.ptr(idx), ("i", 0), ("i", 1)))]))
 
     def op_gather_nd(self, n: Node, name: str) -> None:
@@ -505,16 +482,22 @@ class _Lowerer(NnLowering):
         self.elementwise(n, prog, [tmp, *n.src[1:]], name + ":affine")
 
 
-def lower(g: Graph, *, threads: int = 1, target: str = "host") -> CpuProgram:
-    """Lower `g` (ideally after `compiler.pipeline.optimize`) for `threads` threads.
+def lower_nodes(g: Graph, plan: PlanBuilder) -> PlanSection:
+    """The CPU backend's lowering entry (registered in this package's ``__init__``): lower
+    every node of `g` that no backend lowered before into `plan`, and bind the outputs."""
+    lowerer = _Lowerer(g, plan)
+    taken = lowerer.run()
+    return PlanSection("cpu", taken, Section({"kernels": len(lowerer.kernels)}, {},
+                                             lowerer.kernels))
 
-    `target` only names where the object code will run ("host" or "aarch64"); the program
-    itself is target independent. Raises `UnsupportedError` naming the first node without
+
+def lower(g: Graph, *, threads: int = 1) -> Plan:
+    """`g` (ideally after `compiler.pipeline.optimize`) as a plan that runs on the CPU alone, for
+    `threads` threads, in this process. Raises `UnsupportedError` naming the first node without
     CPU code."""
-    if not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"lower: threads={threads!r}, expected an int >= 1")
-    del target
-    return _Lowerer(g, threads).run()
+    from ...lowering import lower_graph
+
+    return lower_graph(g, "cpu", threads=threads)[0]
 
 
-__all__ = ["Buffer", "Call", "CpuProgram", "KernelRef", "Step", "lower"]
+__all__ = ["lower", "lower_nodes"]

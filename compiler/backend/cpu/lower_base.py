@@ -7,17 +7,19 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from vtakit.runtime.cpu.llvm import KernelRef
+from vtakit.runtime.plan import Arg, Call, Step
+
 from ...ir.dtypes import DType
 from ...ir.graph import Graph
-from ...ir.ops import Node, Op
+from ...ir.ops import Node
+from ...lowering import PlanBuilder
 from . import codegen_loops as L
-from .program import Arg, Buffer, Call, KernelRef, Step
 
 ALIGN = 64
 MACRO_SIG = "pppp" + "l" * 8 + "ff"  # gemm.gemm_packed
@@ -62,15 +64,17 @@ def _epilogue_instrs(ep: Any, dt: DType, first: int) -> list[L.Instr]:
 
 
 class LowererBase:
-    def __init__(self, g: Graph, threads: int) -> None:
+    """The CPU lowering's state: its kernels (the CPU section), on top of the shared
+    `PlanBuilder` (buffers, constants, node locations, steps)."""
+
+    def __init__(self, g: Graph, plan: PlanBuilder) -> None:
         self.g = g
-        self.threads = threads
+        self.plan = plan
+        self.threads = plan.threads
         self.kernels: list[KernelRef] = []
         self._kidx: dict[tuple, int] = {}
-        self.buffers: list[Buffer] = []
-        self.steps: list[Step] = []
-        self.params: dict[str, np.ndarray] = {}
-        self.loc: dict[int, tuple[int, int]] = {}  # node id -> (buffer, byte offset)
+        self.buffers = plan.buffers
+        self.loc = plan.loc
 
     # -- helpers --------------------------------------------------------------------------------
     def kernel(self, key: tuple, build: Any) -> int:
@@ -81,42 +85,32 @@ class LowererBase:
         return k
 
     def buffer(self, kind: str, dt: DType, shape: Sequence[int], **kw: Any) -> int:
-        self.buffers.append(Buffer(kind, dt.np.str, tuple(shape), _nbytes(dt, shape), **kw))
-        return len(self.buffers) - 1
+        return self.plan.buffer(kind, dt, shape, **kw)
 
     def const(self, value: np.ndarray, name: str) -> int:
-        value = np.ascontiguousarray(value)
-        key = f"p{len(self.params)}_" + re.sub(r"[^A-Za-z0-9_]", "_", name)[:60]
-        self.params[key] = value
-        return self.buffer("const", DType.from_numpy(value.dtype), value.shape, name=key)
+        return self.plan.const(value, name)
 
     def arena(self, dt: DType, shape: Sequence[int]) -> tuple[int, int]:
-        return self.buffer("arena", dt, shape), 0
+        return self.plan.arena(dt, shape)
 
     def where(self, n: Node) -> tuple[int, int]:
-        """(buffer, byte offset) of n's value; a constant gets its buffer on first use, so
-        weights that are only used packed are not stored twice."""
-        got = self.loc.get(id(n))
-        if got is None:
-            if n.op is not Op.CONST:
-                raise KeyError(f"{n!r} has no buffer yet")
-            got = self.loc[id(n)] = (self.const(n.value, n.name or "const"), 0)
-        return got
+        return self.plan.where(n)
 
     def ptr(self, n: Node) -> Arg:
-        b, off = self.where(n)
-        return ("b", b, off)
+        return self.plan.ptr(n)
+
+    def add_step(self, step: Step) -> None:
+        self.plan.add_step(step)
 
     def call_generic(self, k: L.Kernel, ptrs: Sequence[Arg], name: str, op: str,
                      work: int) -> None:
         ki = self.kernel(k.key, k.build)
         call = Call(ki, k.fname, k.sig, (*ptrs, ("lo",), ("hi",)))
-        self.steps.append(Step(name, op, [call], k.extent,
+        self.add_step(Step(name, op, [call], k.extent,
                                work >= PARALLEL_MIN_ELEMENTS and k.extent > 1))
 
     def out(self, n: Node) -> Arg:
-        self.loc[id(n)] = self.arena(n.dtype, n.shape)
-        return self.ptr(n)
+        return self.plan.out(n)
 
     @staticmethod
     def epilogue_program(ep: Any, residual: Node | None, dt: DType) -> list[L.Instr]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from vtakit.runtime.plan import Arg, Call, Step
+
 from ...ir.dtypes import DType
 from ...ir.ops import Node, Op
 from . import codegen_loops as L
@@ -27,7 +29,6 @@ from .lower_base import (
     _at,
     _strides,
 )
-from .program import Arg, Call, Step
 
 
 class NnLowering(LowererBase):
@@ -117,7 +118,7 @@ class NnLowering(LowererBase):
         dst = self.out(n)
         pack = Call(gk, "pack_a", "ppllll" + "l", (self.ptr(a), ("b", apack, 0), ("i", m),
                                                    ("i", kdim), ("i", kdim), ("lo",), ("hi",)))
-        self.steps.append(Step(name + ":pack", "pack_a", [pack], mt,
+        self.add_step(Step(name + ":pack", "pack_a", [pack], mt,
                                m * kdim >= PARALLEL_MIN_ELEMENTS and mt > 1))
         nt = pb.panels
         if mt >= nt * 2 or nt < self.threads:
@@ -129,7 +130,7 @@ class NnLowering(LowererBase):
         call = Call(gk, "gemm_packed", MACRO_SIG,
                     (("b", apack, 0), ("b", wb, 0), dst, bias_arg, ("i", m), ("i", nn),
                      ("i", kdim), ("i", nn), *ranges, ("f", lo), ("f", hi)))
-        self.steps.append(Step(name, "gemm", [call], extent,
+        self.add_step(Step(name, "gemm", [call], extent,
                                m * nn * kdim >= PARALLEL_MIN_MACS and extent > 1))
         if post:
             self.epilogue_step(n, ep, residual, name)
@@ -195,7 +196,7 @@ class NnLowering(LowererBase):
                     ("b", dbuf, doff + 4 * i * conv.cout * g.oh * g.ow), ("lo",), ("hi",),
                     ("f", lo), ("f", hi)))
                 work = conv.cout * g.oh * g.ow * g.kh * g.kw
-                self.steps.append(Step(name, "conv_dw", [call], conv.cout,
+                self.add_step(Step(name, "conv_dw", [call], conv.cout,
                                        work >= PARALLEL_MIN_MACS and self.threads > 1))
         else:
             npix = g.oh * g.ow
@@ -252,17 +253,17 @@ class NnLowering(LowererBase):
                         copy = Call(self.kernel(pk.key, pk.build), pk.fname, pk.sig, (
                             ("b", dbuf, ya), ("b", ybuf, 0), *res, ("lo",), ("hi",)))
                     if msplit:
-                        self.steps.append(Step(name + ":im2col", "im2col", [im2col], panels,
+                        self.add_step(Step(name + ":im2col", "im2col", [im2col], panels,
                                                kdim * npix >= PARALLEL_MIN_ELEMENTS
                                                and panels > 1))
-                        self.steps.append(Step(name, "conv", [gemm], pa.panels, True))
+                        self.add_step(Step(name, "conv", [gemm], pa.panels, True))
                         if copy is not None:
-                            self.steps.append(Step(name + ":copy", "copy", [copy], panels,
+                            self.add_step(Step(name + ":copy", "copy", [copy], panels,
                                                    cg * npix >= PARALLEL_MIN_ELEMENTS
                                                    and panels > 1))
                     else:
                         calls = [im2col, gemm] + ([copy] if copy is not None else [])
-                        self.steps.append(Step(name, "conv", calls, panels,
+                        self.add_step(Step(name, "conv", calls, panels,
                                                big and panels > 1))
         if post and not fused:
             self.epilogue_step(n, ep, residual, name)
@@ -282,7 +283,7 @@ class NnLowering(LowererBase):
                 kk = self.kernel(("pool", kind, geom), lambda: P._pool_module(kind, geom))
                 planes = x.shape[0] * x.shape[1]
                 call = Call(kk, "pool", "ppll", (self.ptr(x), self.out(n), ("lo",), ("hi",)))
-                self.steps.append(Step(name, n.op.value, [call], planes,
+                self.add_step(Step(name, n.op.value, [call], planes,
                                        n.size >= PARALLEL_MIN_ELEMENTS // 4 and planes > 1))
                 return
         spec = L.PoolSpec(kind, x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,

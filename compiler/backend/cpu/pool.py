@@ -8,11 +8,12 @@ from typing import Literal
 import llvmlite.ir as ir
 import numpy as np
 
+from vtakit.runtime.cpu.llvm import CACHE
+from vtakit.runtime.cpu.parallel import run_parallel, split_range
+
 from . import gemm as G
 from . import irutil as U
 from .depthwise import max_pool_module
-from .jit import CACHE
-from .parallel import run_parallel, split_range
 
 PoolKind = Literal["max", "avg"]
 

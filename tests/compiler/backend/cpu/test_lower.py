@@ -3,16 +3,19 @@ interpreter, the arena plan, and the epilogues / fused programs that the passes 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from vtakit.compiler.backend.cpu.lower import CpuProgram, _Lowerer, lower
-from vtakit.compiler.compile import optimize_graph
+from vtakit.compiler.backend.cpu.lower import _Lowerer, lower
 from vtakit.compiler.errors import UnsupportedError
 from vtakit.compiler.frontend.onnx import import_onnx
 from vtakit.compiler.ir.interpreter import run
+from vtakit.compiler.pipeline import optimize as optimize_graph
 from vtakit.runtime.executor import GraphExecutor
+from vtakit.runtime.plan import Plan
 
 T = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
      np.float16: TensorProto.FLOAT16, np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8,
@@ -106,12 +109,12 @@ def test_conv_bn_relu_residual_fused() -> None:
 
 
 def test_arena_reuses_memory_and_plan_round_trips() -> None:
-    from vtakit.compiler import models
+    from vtakit import models
 
     p = lower(optimize_graph(import_onnx(models.lenet())), threads=2)
     arena = [b for b in p.buffers if b.kind == "arena"]
     assert p.arena_bytes < sum(b.nbytes for b in arena)  # buffers share the arena
-    q = CpuProgram.from_plan_json(p.plan_json(), p.params)
+    q = Plan.from_json(json.loads(json.dumps(p.to_json())), p.params)
     assert [s.calls[0].args for s in q.steps] == [s.calls[0].args for s in p.steps]
 
 

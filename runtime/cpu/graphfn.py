@@ -25,8 +25,15 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .irutil import F32, I64, PTR, VOID, i64
 from .parallel import poll_until
+
+F32, I64, VOID = ir.FloatType(), ir.IntType(64), ir.VoidType()
+PTR = ir.PointerType()
+
+
+def i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
 
 # argument kinds of a resolved call: ("p", address), ("i", int), ("f", float), ("lo",), ("hi",)
 NativeArg = tuple

@@ -33,7 +33,10 @@ from queue import SimpleQueue
 import llvmlite.ir as ir
 import numpy as np
 
-from .irutil import i64 as i64c
+
+def i64c(v: int) -> ir.Constant:
+    return ir.Constant(ir.IntType(64), v)
+
 
 MAX_WORKERS = 15  # helper threads; a run uses at most `threads - 1` of them
 SPIN_US = 100.0  # how long an idle worker waits for the next job before sleeping
@@ -191,7 +194,7 @@ class _Native:
     def __init__(self) -> None:
         import llvmlite.binding as llvm
 
-        from .jit import JitModule
+        from .llvm import JitModule
 
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()

@@ -8,7 +8,7 @@ import llvmlite.ir as ir
 import pytest
 
 from vtakit.compiler.backend.cpu import irutil as U
-from vtakit.compiler.backend.cpu import jit
+from vtakit.runtime.cpu import llvm as jit
 
 
 def _add_one_module(name: str = "add_one") -> ir.Module:
@@ -26,7 +26,7 @@ def _elf_machine(obj: bytes) -> int:
 
 
 def test_targets_are_not_initialised_at_import():
-    code = ("import vtakit.compiler.backend.cpu.jit as j, vtakit.compiler.backend.cpu.gemm, "
+    code = ("import vtakit.runtime.cpu.llvm as j, vtakit.compiler.backend.cpu.gemm, "
             "vtakit.compiler.backend.cpu.conv; "
             "assert j._init_native.cache_info().currsize == 0; "
             "assert j._init_all.cache_info().currsize == 0")

@@ -1,17 +1,21 @@
-"""The llvmlite lifecycle for CPU kernels: build, dump, parse, verify, optimise, JIT or emit.
+"""The one llvmlite lifecycle: build, dump, parse, verify, optimise, then JIT or emit.
 
-Every kernel generator in this package returns an `llvmlite.ir.Module`; this module turns it into
-callable machine code for the host (MCJIT) or into an object file for any target triple (the host,
-or ``aarch64-unknown-linux-gnu`` for a cross-compiled board). The order is fixed:
+Every kernel generator of the CPU backend returns an `llvmlite.ir.Module`, and so do the runtime's
+own generated functions (the thread pool's polling loops, the whole-graph function). This module
+turns a module (or the textual IR of one) into callable machine code in this process (MCJIT) or
+into an object file for any target triple (the host, or ``aarch64-unknown-linux-gnu`` for a
+cross-compiled board), and loads an artifact's object code back. The order is fixed:
 
 1. build with `llvmlite.ir` (the generators),
 2. at ``VTAKIT_DEBUG>=4`` print ``str(module)`` to stderr (read at call time),
 3. parse, ``verify()``,
-4. optimise with the new pass manager at O3 for the target machine,
-5. JIT (host) or ``emit_object`` (any triple).
+4. optimise with the new pass manager at O3 for the target machine (`optimise`: the one pipeline),
+5. JIT (`JitModule`, `LoadedCode`) or emit an object file (`emit_object`: the one emitter).
 
-Targets are initialised lazily, on the first compile, never at import. `KernelCache` compiles each
-kernel variant once per process.
+It lives in the runtime because a deployed model needs steps 3-5 (loading object code, or
+compiling the IR where the object does not fit the CPU) without the compiler; the compiler uses
+the same functions. Targets are initialised lazily, on the first compile, never at import.
+`KernelCache` compiles each kernel variant once per process.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ import ctypes
 import functools
 import sys
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ...debug import debug_level
+from vtakit.debug import debug_level
 
 AARCH64_TRIPLE = "aarch64-unknown-linux-gnu"
 OPT_LEVEL = 3
@@ -86,12 +90,18 @@ def _dump(module: ir.Module) -> None:
         print(f"; VTAKIT_DEBUG=4: LLVM IR of {module.name}\n{module}", file=sys.stderr)
 
 
-def parse_and_optimise(module: ir.Module, tm: llvm.TargetMachine) -> llvm.ModuleRef:
-    """Steps 2–4: dump, parse, verify, optimise for `tm`. Returns the optimised module."""
-    _dump(module)
-    module.triple = tm.triple
-    module.data_layout = str(tm.target_data)
-    mod = llvm.parse_assembly(str(module))
+def optimise(source: ir.Module | str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Steps 2-4: dump (a module), parse, verify, optimise for `tm`. `source` is a module being
+    built or the textual IR of one (an artifact's ``module.ll``)."""
+    if isinstance(source, ir.Module):
+        _dump(source)
+        source.triple = tm.triple
+        source.data_layout = str(tm.target_data)
+        mod = llvm.parse_assembly(str(source))
+    else:
+        mod = llvm.parse_assembly(source)
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
@@ -102,9 +112,10 @@ def parse_and_optimise(module: ir.Module, tm: llvm.TargetMachine) -> llvm.Module
     return mod
 
 
-def emit_object(module: ir.Module, triple: str | None = None, cpu: str = "",
+def emit_object(source: ir.Module | str, triple: str | None = None, cpu: str = "",
                 features: str = "") -> bytes:
-    """Compile `module` to an object file for `triple` (default: the host, with its CPU).
+    """Compile `source` (a module or textual IR) to an object file for `triple` (default: the
+    host, for its CPU and features).
 
     The object is not loaded; use this for artifacts and cross-compilation
     (``triple=AARCH64_TRIPLE``).
@@ -115,7 +126,58 @@ def emit_object(module: ir.Module, triple: str | None = None, cpu: str = "",
             triple = llvm.get_process_triple()
             cpu, features = host_cpu()
         tm = target_machine(triple, cpu, features)
-        return tm.emit_object(parse_and_optimise(module, tm))
+        return tm.emit_object(optimise(source, tm))
+
+
+def symbol(kernel: int, fname: str) -> str:
+    """The name of kernel `kernel`'s function `fname` in a program's linked module."""
+    return f"k{kernel}_{fname}"
+
+
+def link(modules: Sequence[ir.Module]) -> str:
+    """The textual IR of `modules` linked into one, unoptimised and target-free, with module
+    ``i``'s functions and globals renamed ``symbol(i, name)`` (a program's ``module.ll``)."""
+    with _lock:
+        _init_native()
+        main = llvm.parse_assembly("")
+        for i, m in enumerate(modules):
+            _dump(m)
+            mod = llvm.parse_assembly(str(m))
+            for f in mod.functions:
+                if not f.is_declaration:
+                    f.name = symbol(i, f.name)
+            for gv in mod.global_variables:
+                if not gv.is_declaration:
+                    gv.name = symbol(i, gv.name)
+            main.link_in(mod)
+        main.verify()
+        return str(main)
+
+
+class LoadedCode:
+    """A program's linked machine code loaded into this process: from an object file (MCJIT's
+    ``add_object_file``) or, failing that, by JIT-compiling its IR. Functions are looked up by
+    kernel index and name (`symbol`). Keep it alive while any address from it is in use."""
+
+    def __init__(self, ir_text: str | None = None, obj: bytes | None = None) -> None:
+        with _lock:
+            tm = host_target_machine()
+            if obj is not None:
+                self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+                self.source = "object"
+            else:
+                if ir_text is None:
+                    raise ValueError("LoadedCode: neither object code nor IR given")
+                self.engine = llvm.create_mcjit_compiler(optimise(ir_text, tm), tm)
+                self.source = "ir"
+            self.engine.finalize_object()
+
+    def address(self, kernel: int, fname: str) -> int:
+        addr = self.engine.get_function_address(symbol(kernel, fname))
+        if not addr:
+            raise KeyError(f"function {symbol(kernel, fname)!r} is not in the loaded code")
+        return addr
 
 
 @dataclass
@@ -140,7 +202,7 @@ class JitModule:
             if self.engine is not None:
                 return self
             tm = host_target_machine()
-            mod = parse_and_optimise(self.module, tm)
+            mod = optimise(self.module, tm)
             engine = llvm.create_mcjit_compiler(mod, tm)
             engine.finalize_object()
             engine.run_static_constructors()
@@ -200,3 +262,12 @@ class KernelCache:
 
 
 CACHE = KernelCache()
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """A kernel a lowering produced, for running in the process that lowered it: `key` names the
+    variant (for `CACHE`), `build` returns its `llvmlite.ir.Module`."""
+
+    key: Hashable
+    build: Callable[[], ir.Module]
