@@ -1,7 +1,8 @@
 """The optimisation pipeline: the graph passes, by name, in the order they run.
 
-The CPU backend (and every other backend) calls `optimize()` and then lowers the result; the
-memory planner (`passes.plan_memory`) is an analysis the lowering runs afterwards.
+`compiler.compile` runs `optimize()` and then lowers the result through the backend socket
+(`compiler.lowering.lower_graph`). Memory is planned after lowering, on the plan's buffers and
+steps, by the one memory planner (`passes.plan_memory.place`), not by a pass here.
 """
 
 from __future__ import annotations
