@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vtakit.compiler.backend.cpu import gemm as G
-from vtakit.compiler.backend.cpu.conv import Conv2d
+from vtakit.compiler.backend.cpu.kernels import gemm as G
+from vtakit.compiler.backend.cpu.kernels.conv import Conv2d
 
 GEMM_SHAPES = [(512, 512, 512), (3136, 576, 64), (49, 4608, 512), (12544, 147, 64)]
 

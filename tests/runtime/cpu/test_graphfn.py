@@ -7,7 +7,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from vtakit.compiler.backend.cpu.irutil import F32, I64, PTR, loop, new_function
+from vtakit.compiler.backend.cpu.kernels.irutil import F32, I64, PTR, loop, new_function
 from vtakit.runtime.cpu import graphfn as G
 from vtakit.runtime.cpu.llvm import JitModule
 from vtakit.runtime.cpu.parallel import run_native

@@ -7,7 +7,7 @@ import sys
 import llvmlite.ir as ir
 import pytest
 
-from vtakit.compiler.backend.cpu import irutil as U
+from vtakit.compiler.backend.cpu.kernels import irutil as U
 from vtakit.runtime.cpu import llvm as jit
 
 
@@ -26,8 +26,8 @@ def _elf_machine(obj: bytes) -> int:
 
 
 def test_targets_are_not_initialised_at_import():
-    code = ("import vtakit.runtime.cpu.llvm as j, vtakit.compiler.backend.cpu.gemm, "
-            "vtakit.compiler.backend.cpu.conv; "
+    code = ("import vtakit.runtime.cpu.llvm as j, vtakit.compiler.backend.cpu.kernels.gemm, "
+            "vtakit.compiler.backend.cpu.kernels.conv; "
             "assert j._init_native.cache_info().currsize == 0; "
             "assert j._init_all.cache_info().currsize == 0")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -81,7 +81,7 @@ def test_emit_host_object():
 
 
 def test_emit_aarch64_object_from_a_gemm_kernel():
-    from vtakit.compiler.backend.cpu import gemm
+    from vtakit.compiler.backend.cpu.kernels import gemm
 
     mod = gemm.build_module(gemm.DEFAULT, "col", "relu")
     obj = jit.emit_object(mod, jit.AARCH64_TRIPLE)

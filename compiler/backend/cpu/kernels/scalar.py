@@ -3,8 +3,9 @@ the elementwise operators, emitted with `llvmlite.ir`.
 
 A value is computed in the *compute type* of its dtype: float16 in float (loaded with ``fpext``,
 stored with ``fptrunc``), bool as ``i1`` (stored as one byte, like numpy), the others as
-themselves. The generic loop-nest generators (``codegen_loops.py``) call `emit` for each
-instruction of an elementwise program, so one table defines the arithmetic of every op.
+themselves. The generic loop-nest generators (``loops.py`` and the generic kernels of the
+op-family modules) call `emit` for each instruction of an elementwise program, so one table
+defines the arithmetic of every op.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from ...ir.dtypes import DType
+from ....ir.dtypes import DType
 from . import irutil as U
 
 F16 = ir.HalfType()

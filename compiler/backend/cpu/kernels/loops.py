@@ -1,4 +1,14 @@
-"""A generic loop-nest code generator for the long tail of operators.
+"""The generic loop-nest code generator: its machinery, and the kernels of the ops that have no
+fast kernel family of their own.
+
+Machinery (used by every generic kernel, here and in the op-family modules): `Kernel`,
+`kernel_function`, `nest`, `offset`, `entry_alloca`, strides (`contiguous_strides`,
+`broadcast_strides`, `collapse`), `lowest`. Kernels: data movement (`copy`: transpose, slice,
+expand, tile, pad, concat; gathers), reductions (`reduce`, arg-max/min), `layer_norm`, `lrn`,
+scans, `trilu`, `hardmax`, `topk`, resampling taps (Resize), scatters, `reverse_sequence`,
+`col2im`, `einsum`. The generic elementwise programs and softmax are in ``elementwise.py``, the
+naive matmul in ``gemm.py``, the N-d / integer convolution in ``conv.py``, the N-d pooling in
+``pool.py``.
 
 Every generator returns a `Kernel`: a cache key, the entry function's name and ctypes signature,
 and a builder of the `llvmlite.ir.Module`. Shapes, strides and attributes are compile-time
@@ -20,9 +30,9 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from ...ir.dtypes import DType
-from . import codegen_scalar as S
+from ....ir.dtypes import DType
 from . import irutil as U
+from . import scalar as S
 
 FAST = ("reassoc", "nsz", "contract")
 
@@ -46,7 +56,7 @@ def kernel_function(key: tuple, nptr: int) -> tuple[ir.Module, ir.IRBuilder, lis
     return m, b, list(fn.args)
 
 
-def _entry_alloca(b: ir.IRBuilder, t: ir.Type) -> ir.Value:
+def entry_alloca(b: ir.IRBuilder, t: ir.Type) -> ir.Value:
     with b.goto_entry_block():
         return b.alloca(t)
 
@@ -111,44 +121,6 @@ def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]
     if not ns:
         return (1,), tuple((0,) for _ in ss)
     return tuple(ns), tuple(tuple(s) for s in ss)
-
-
-# -- elementwise programs ------------------------------------------------------------------------
-
-Instr = tuple[str, tuple[int, ...], tuple, DType]  # (op, operand value indices, params, dtype)
-
-
-def eltwise(out_dt: DType, out_shape: Sequence[int], operands: Sequence[tuple[DType, tuple]],
-            program: Sequence[Instr]) -> Kernel:
-    """out = program(operands): operand k has dtype and per-output-axis strides (0 where it
-    broadcasts); value k+j is the result of instruction j; the last one is stored."""
-    shape, strides = collapse(out_shape, [contiguous_strides(out_shape)] +
-                              [s for _, s in operands])
-    key = ("eltwise", out_dt, shape, strides, tuple(d for d, _ in operands), tuple(program))
-    nops = len(operands)
-
-    def build() -> ir.Module:
-        m, b, args = kernel_function(key, nops + 1)
-        out, ins, lo, hi = args[0], args[1:nops + 1], args[-2], args[-1]
-        with nest(b, shape, lo, hi) as ivs:
-            vals = [S.load(b, dt, p, offset(b, ivs, st)) for (dt, _), p, st in
-                    zip(operands, ins, strides[1:], strict=True)]
-            dts = [dt for dt, _ in operands]
-            for op, srcs, params, dt in program:
-                args, adts = [vals[i] for i in srcs], [dts[i] for i in srcs]
-                if op in _BINARY and len(srcs) == 1:  # x op constant (fused programs)
-                    args.append(S.const(dt, params[0]))
-                    adts.append(dt)
-                vals.append(S.emit(b, op, args, adts, dt, params))
-                dts.append(dt)
-            S.store(b, out_dt, vals[-1], out, offset(b, ivs, strides[0]))
-        b.ret_void()
-        return m
-
-    return Kernel(key, "kernel", "p" * (nops + 1) + "ll", build, shape[0])
-
-
-_BINARY = {"add", "sub", "mul", "div", "max", "min", "pow"}
 
 
 # -- data movement -------------------------------------------------------------------------------
@@ -266,13 +238,13 @@ def _acc_dtype(dt: DType) -> DType:
     return DType.INT64 if dt.is_signed else DType.UINT64
 
 
-def _lowest(dt: DType) -> float:
+def lowest(dt: DType) -> float:
     if dt.is_float:
         return -math.inf
     return 0 if dt is DType.BOOL else int(np.iinfo(dt.np).min)
 
 
-def _highest(dt: DType) -> float:
+def highest(dt: DType) -> float:
     if dt.is_float:
         return math.inf
     return 1 if dt is DType.BOOL else int(np.iinfo(dt.np).max)
@@ -307,9 +279,9 @@ def reduce(kind: str, dt: DType, out_dt: DType, shape: Sequence[int],
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(acc_dt)
-        acc = _entry_alloca(b, ct)
-        best = _entry_alloca(b, U.I64) if arg else None
-        shift = _entry_alloca(b, S.compute(dt)) if kind == "log_sum_exp" else None
+        acc = entry_alloca(b, ct)
+        best = entry_alloca(b, U.I64) if arg else None
+        shift = entry_alloca(b, S.compute(dt)) if kind == "log_sum_exp" else None
         with U.loop(b, lo, hi, 1, "o") as o:
             # o is the flat index of the kept axes: unflatten it into a base offset
             base: ir.Value = U.i64(0)
@@ -326,9 +298,9 @@ def reduce(kind: str, dt: DType, out_dt: DType, shape: Sequence[int],
                 finite = b.fcmp_ordered("<", S.intrinsic(b, "fabs", sh), ir.Constant(sh.type,
                                                                                         math.inf))
                 b.store(b.select(finite, sh, ir.Constant(sh.type, 0.0)), shift)
-            init = {"max": _lowest(dt), "min": _highest(dt), "prod": 1,
-                    "argmax": _lowest(dt), "argmin": _highest(dt),
-                    "argmax_last": _lowest(dt), "argmin_last": _highest(dt)}.get(kind, 0)
+            init = {"max": lowest(dt), "min": highest(dt), "prod": 1,
+                    "argmax": lowest(dt), "argmin": highest(dt),
+                    "argmax_last": lowest(dt), "argmin_last": highest(dt)}.get(kind, 0)
             if arg and dt.is_float:
                 # the first element starts the search (NaN compares false)
                 init_v = S.load(b, dt, x, base)
@@ -390,42 +362,6 @@ def reduce(kind: str, dt: DType, out_dt: DType, shape: Sequence[int],
     return Kernel(key, "kernel", "ppll", build, math.prod(kshape))
 
 
-def softmax(dt: DType, outer: int, n: int, inner: int, log: bool) -> Kernel:
-    """Softmax (or log-softmax) of an (outer, n, inner) array along n; split over outer."""
-    key = ("softmax", dt, outer, n, inner, log)
-
-    def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = kernel_function(key, 2)
-        ct = S.compute(dt)
-        mx, sm = _entry_alloca(b, ct), _entry_alloca(b, ct)
-        with nest(b, (outer, inner), lo, hi) as (o, i):
-            base = b.add(b.mul(o, U.i64(n * inner)), i)
-            b.store(ir.Constant(ct, -math.inf), mx)
-            with U.loop(b, 0, U.i64(n), 1, "j") as j:
-                v = S.load(b, dt, x, b.add(base, b.mul(j, U.i64(inner))))
-                b.store(S.fmax_nan(b, b.load(mx), v), mx)
-            b.store(ir.Constant(ct, 0.0), sm)
-            mxv = b.load(mx)
-            with U.loop(b, 0, U.i64(n), 1, "e") as j:
-                idx = b.add(base, b.mul(j, U.i64(inner)))
-                e = S.intrinsic(b, "exp", b.fsub(S.load(b, dt, x, idx), mxv))
-                if not log:
-                    S.store(b, dt, e, out, idx)
-                b.store(b.fadd(b.load(sm), e, flags=FAST), sm)
-            s = b.load(sm)
-            with U.loop(b, 0, U.i64(n), 1, "w") as j:
-                idx = b.add(base, b.mul(j, U.i64(inner)))
-                if log:
-                    r = b.fsub(b.fsub(S.load(b, dt, x, idx), mxv), S.intrinsic(b, "log", s))
-                else:
-                    r = b.fdiv(S.load(b, dt, out, idx), s)
-                S.store(b, dt, r, out, idx)
-        b.ret_void()
-        return m
-
-    return Kernel(key, "kernel", "ppll", build, outer)
-
-
 def layer_norm(dt: DType, rows: int, cols: int, eps: float) -> Kernel:
     """(x - mean) / sqrt(var + eps) over each row of a (rows, cols) array (scale and bias are
     applied by a following elementwise program)."""
@@ -434,7 +370,7 @@ def layer_norm(dt: DType, rows: int, cols: int, eps: float) -> Kernel:
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt) if dt is not DType.FLOAT16 else U.F32
-        acc = _entry_alloca(b, ct)
+        acc = entry_alloca(b, ct)
         with U.loop(b, lo, hi, 1, "r") as r:
             base = b.mul(r, U.i64(cols))
             b.store(ir.Constant(ct, 0.0), acc)
@@ -457,388 +393,7 @@ def layer_norm(dt: DType, rows: int, cols: int, eps: float) -> Kernel:
     return Kernel(key, "kernel", "ppll", build, rows)
 
 
-# -- linear algebra ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MatmulSpec:
-    """out[b, i, j] = requant(alpha * sum_k (A[b, i, k] - azp[i]) * (B[b, k, j] - bzp[j])
-    (+ beta * C[b, i, j])). Strides are in elements over (batch..., i or k, k or j) of each
-    operand (0 where it broadcasts); out is contiguous (batch..., M, N)."""
-
-    a_dt: DType
-    b_dt: DType
-    out_dt: DType
-    batch: tuple[int, ...]
-    m: int
-    n: int
-    k: int
-    a_str: tuple[int, ...]  # batch strides..., stride_i, stride_k
-    b_str: tuple[int, ...]  # batch strides..., stride_k, stride_j
-    alpha: float = 1.0
-    beta: float = 1.0
-    c: tuple[DType, tuple[int, ...]] | None = None  # dtype, strides (batch..., i, j)
-    zero_points: bool = False  # operands: azp (per row i, stride az), bzp (per column j)
-    azp_str: int = 0
-    bzp_str: int = 0
-    zp_dt: tuple[DType, DType] | None = None
-    # requantise (QLinearMatMul): y = saturate(rint(acc * (xs * ws / ys)) + yzp)
-    requant: bool = False
-    xs_str: int = 0
-    ws_str: int = 0
-    scale_dt: DType = DType.FLOAT32
-
-
-def matmul(spec: MatmulSpec) -> Kernel:
-    """A naive (i, k, j) loop nest over the output rows; accumulates in the output's compute
-    type (int32/int64 for integer inputs, float32 for float16)."""
-    key = ("matmul", spec)
-    s = spec
-    nptr = 3 + (1 if s.c else 0) + (2 if s.zero_points else 0) + (4 if s.requant else 0)
-    nb = len(s.batch)
-    rows = math.prod(s.batch) * s.m
-    if s.requant or s.zero_points:
-        acc_dt = DType.INT64 if s.requant else DType.INT32
-    elif s.out_dt.is_float:
-        acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
-    else:
-        acc_dt = s.out_dt
-
-    def build() -> ir.Module:
-        m, b, args = kernel_function(key, nptr)
-        out, pa, pb = args[0], args[1], args[2]
-        rest = list(args[3:-2])
-        pc = rest.pop(0) if s.c else None
-        azp = rest.pop(0) if s.zero_points else None
-        bzp = rest.pop(0) if s.zero_points else None
-        lo, hi = args[-2], args[-1]
-        ct = S.compute(acc_dt)
-        row = _entry_alloca(b, ir.ArrayType(ct, s.n))
-        with U.loop(b, lo, hi, 1, "row") as r:
-            i = b.urem(r, U.i64(s.m))
-            rem = b.udiv(r, U.i64(s.m))
-            bidx = []
-            for n in reversed(s.batch):
-                bidx.append(b.urem(rem, U.i64(n)))
-                rem = b.udiv(rem, U.i64(n))
-            bidx.reverse()
-            abase = b.add(offset(b, bidx, s.a_str[:nb]), b.mul(i, U.i64(s.a_str[nb])))
-            bbase = offset(b, bidx, s.b_str[:nb])
-            rowp = b.gep(row, [U.i64(0), U.i64(0)])
-            with U.loop(b, 0, U.i64(s.n), 1, "z") as j:
-                U.store(b, ct, ir.Constant(ct, 0 if not acc_dt.is_float else 0.0), rowp, j)
-            az = None
-            if azp is not None:
-                assert s.zp_dt is not None
-                az = S.convert(b, S.load(b, s.zp_dt[0], azp, b.mul(i, U.i64(s.azp_str))),
-                               s.zp_dt[0], acc_dt)
-            with U.loop(b, 0, U.i64(s.k), 1, "k") as k:
-                av = S.convert(b, S.load(b, s.a_dt, pa, b.add(abase, b.mul(k, U.i64(
-                    s.a_str[nb + 1])))), s.a_dt, acc_dt)
-                if az is not None:
-                    av = b.sub(av, az)
-                brow = b.add(bbase, b.mul(k, U.i64(s.b_str[nb])))
-                with U.loop(b, 0, U.i64(s.n), 1, "j") as j:
-                    bv = S.convert(b, S.load(b, s.b_dt, pb, b.add(brow, b.mul(
-                        j, U.i64(s.b_str[nb + 1])))), s.b_dt, acc_dt)
-                    if bzp is not None:
-                        assert s.zp_dt is not None
-                        bv = b.sub(bv, S.convert(b, S.load(b, s.zp_dt[1], bzp, b.mul(
-                            j, U.i64(s.bzp_str))), s.zp_dt[1], acc_dt))
-                    cur = U.load(b, ct, rowp, j)
-                    if acc_dt.is_float:
-                        nxt = b.fadd(cur, b.fmul(av, bv), flags=("contract",))
-                    else:
-                        nxt = b.add(cur, b.mul(av, bv))
-                    U.store(b, ct, nxt, rowp, j)
-            obase = b.mul(r, U.i64(s.n))
-            with U.loop(b, 0, U.i64(s.n), 1, "w") as j:
-                v = U.load(b, ct, rowp, j)
-                if s.requant:
-                    xs, ws, ys, yzp = args[3 + (1 if s.c else 0) + 2:-2]
-                    f32 = s.scale_dt
-                    sx = S.load(b, f32, xs, b.mul(i, U.i64(s.xs_str)))
-                    sw = S.load(b, f32, ws, b.mul(j, U.i64(s.ws_str)))
-                    sxw = b.fmul(sx, sw)
-                    if f32 is DType.FLOAT16:  # the reference rounds each step to float16
-                        sxw = b.fpext(b.fptrunc(sxw, S.F16), U.F32)
-                    sc = b.fdiv(sxw, S.load(b, f32, ys, U.i64(0)))
-                    if f32 is DType.FLOAT16:
-                        sc = b.fpext(b.fptrunc(sc, S.F16), U.F32)
-                    y = b.fmul(S.convert(b, v, acc_dt, DType.FLOAT64),
-                               S.convert(b, sc, DType.FLOAT32, DType.FLOAT64))
-                    y = b.fadd(y, S.convert(b, S.load(b, s.out_dt, yzp, U.i64(0)), s.out_dt,
-                                            DType.FLOAT64))
-                    info = np.iinfo(s.out_dt.np)
-                    y = S.intrinsic(b, "roundeven", y)
-                    y = S.fmin_nan(b, S.fmax_nan(b, y, ir.Constant(S.F64, float(info.min))),
-                                   ir.Constant(S.F64, float(info.max)))
-                    S.store(b, s.out_dt, S.convert(b, y, DType.FLOAT64, s.out_dt), out,
-                            b.add(obase, j))
-                else:
-                    if s.alpha != 1.0:
-                        v = b.fmul(v, ir.Constant(ct, s.alpha))
-                    if pc is not None:
-                        assert s.c is not None
-                        cdt, cstr = s.c
-                        cv = S.convert(b, S.load(b, cdt, pc, b.add(offset(
-                            b, bidx + [i, j], cstr), U.i64(0))), cdt, acc_dt)
-                        if s.beta != 1.0:
-                            cv = b.fmul(cv, ir.Constant(ct, s.beta))
-                        v = b.fadd(v, cv) if acc_dt.is_float else b.add(v, cv)
-                    S.store(b, s.out_dt, S.convert(b, v, acc_dt, s.out_dt), out, b.add(obase, j))
-        b.ret_void()
-        return m
-
-    return Kernel(key, "kernel", "p" * nptr + "ll", build, rows)
-
-
-@dataclass(frozen=True)
-class ConvSpec:
-    """A direct N-d convolution (cross-correlation) of x (N, C, *in) with w (M, C/G, *kernel),
-    optional bias (M,), optional zero points (x: scalar; w: per output channel) and an
-    optional requantisation (QLinearConv)."""
-
-    x_dt: DType
-    w_dt: DType
-    out_dt: DType
-    x_shape: tuple[int, ...]
-    w_shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    pads: tuple[int, ...]
-    dilations: tuple[int, ...]
-    group: int
-    bias_dt: DType | None = None
-    zero_points: tuple[DType, DType, int] | None = None  # x zp dtype, w zp dtype, w zp stride
-    requant: tuple[int, int] | None = None  # (xs stride 0, ws stride per channel)
-    transposed: bool = False  # ConvTranspose: w is (C, M/G, *kernel), x scattered by strides
-
-
-def conv(spec: ConvSpec) -> Kernel:
-    """Split over (n, m) planes: operands x, w, [bias], [xzp, wzp], [xs, ws, ys, yzp]."""
-    key = ("conv", spec)
-    s = spec
-    nsp = len(s.x_shape) - 2
-    n, c = s.x_shape[:2]
-    mch = s.out_shape[1]
-    cg, mg = c // s.group, mch // s.group
-    ksz = s.w_shape[2:]
-    ins, outs = s.x_shape[2:], s.out_shape[2:]
-    nptr = 3 + (1 if s.bias_dt else 0) + (2 if s.zero_points else 0) + (4 if s.requant else 0)
-    if s.zero_points or s.requant:
-        acc_dt = DType.INT64 if s.requant else DType.INT32
-    else:
-        acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
-
-    def build() -> ir.Module:
-        m, b, args = kernel_function(key, nptr)
-        out, px, pw = args[0], args[1], args[2]
-        rest = list(args[3:-2])
-        pbias = rest.pop(0) if s.bias_dt else None
-        pxz = rest.pop(0) if s.zero_points else None
-        pwz = rest.pop(0) if s.zero_points else None
-        lo, hi = args[-2], args[-1]
-        ct = S.compute(acc_dt)
-        acc = _entry_alloca(b, ct)
-        with U.loop(b, lo, hi, 1, "plane") as plane:
-            bn = b.udiv(plane, U.i64(mch))
-            mo = b.urem(plane, U.i64(mch))
-            g = b.udiv(mo, U.i64(mg))
-            xz = wz = None
-            if pxz is not None:
-                assert s.zero_points is not None
-                xz = S.convert(b, S.load(b, s.zero_points[0], pxz, U.i64(0)), s.zero_points[0],
-                               acc_dt)
-                wz = S.convert(b, S.load(b, s.zero_points[1], pwz, b.mul(
-                    mo, U.i64(s.zero_points[2]))), s.zero_points[1], acc_dt)
-            with nest(b, outs, name="o") as ovs:
-                b.store(ir.Constant(ct, 0.0 if acc_dt.is_float else 0), acc)
-                with U.loop(b, 0, U.i64(cg), 1, "ci") as ci:
-                    ch = b.add(b.mul(g, U.i64(cg)), ci)
-                    xbase = b.mul(b.add(b.mul(bn, U.i64(c)), ch), U.i64(math.prod(ins)))
-                    if s.transposed:  # w[ch, mo % mg, *k]
-                        wrow = b.add(b.mul(ch, U.i64(mg)), b.urem(mo, U.i64(mg)))
-                    else:
-                        wrow = b.add(b.mul(mo, U.i64(cg)), ci)
-                    wbase = b.mul(wrow, U.i64(math.prod(ksz)))
-                    with nest(b, ksz, name="k") as kvs:
-                        ok: ir.Value = ir.Constant(U.I1, 1)
-                        xi: ir.Value = xbase
-                        xst = contiguous_strides(ins)
-                        for d in range(nsp):
-                            if s.transposed:  # o = i * stride + k * dilation - pad
-                                t = b.sub(b.add(ovs[d], U.i64(s.pads[d])),
-                                          b.mul(kvs[d], U.i64(s.dilations[d])))
-                                st_ = U.i64(s.strides[d])
-                                ok = b.and_(ok, b.icmp_signed(">=", t, U.i64(0)))
-                                ok = b.and_(ok, b.icmp_signed("==", b.srem(t, st_), U.i64(0)))
-                                p = b.sdiv(t, st_)
-                            else:
-                                p = b.add(b.mul(ovs[d], U.i64(s.strides[d])),
-                                          U.i64(-s.pads[d]))
-                                p = b.add(p, b.mul(kvs[d], U.i64(s.dilations[d])))
-                            ok = b.and_(ok, b.icmp_unsigned("<", p, U.i64(ins[d])))
-                            xi = b.add(xi, b.mul(p, U.i64(xst[d])))
-                        with b.if_then(ok):
-                            xv = S.convert(b, S.load(b, s.x_dt, px, xi), s.x_dt, acc_dt)
-                            wv = S.convert(b, S.load(b, s.w_dt, pw, b.add(
-                                wbase, offset(b, kvs, contiguous_strides(ksz)))), s.w_dt,
-                                acc_dt)
-                            if xz is not None:
-                                xv, wv = b.sub(xv, xz), b.sub(wv, wz)
-                            cur = b.load(acc)
-                            b.store(b.fadd(cur, b.fmul(xv, wv), flags=("contract",))
-                                    if acc_dt.is_float else b.add(cur, b.mul(xv, wv)), acc)
-                v = b.load(acc)
-                if pbias is not None:
-                    assert s.bias_dt is not None
-                    bv = S.convert(b, S.load(b, s.bias_dt, pbias, mo), s.bias_dt, acc_dt)
-                    v = b.fadd(v, bv) if acc_dt.is_float else b.add(v, bv)
-                oi = b.add(b.mul(plane, U.i64(math.prod(outs))),
-                           offset(b, ovs, contiguous_strides(outs)))
-                if s.requant:
-                    assert s.requant is not None
-                    xs, ws, ys, yzp = args[3 + (1 if s.bias_dt else 0) + 2:-2]
-                    f32 = DType.FLOAT32
-                    sc = b.fdiv(b.fmul(S.load(b, f32, xs, U.i64(0)),
-                                       S.load(b, f32, ws, b.mul(mo, U.i64(s.requant[1])))),
-                                S.load(b, f32, ys, U.i64(0)))
-                    y = b.fmul(S.convert(b, v, acc_dt, DType.FLOAT64),
-                               S.convert(b, sc, f32, DType.FLOAT64))
-                    y = b.fadd(y, S.convert(b, S.load(b, s.out_dt, yzp, U.i64(0)), s.out_dt,
-                                            DType.FLOAT64))
-                    info = np.iinfo(s.out_dt.np)
-                    y = S.intrinsic(b, "roundeven", y)
-                    y = S.fmin_nan(b, S.fmax_nan(b, y, ir.Constant(S.F64, float(info.min))),
-                                   ir.Constant(S.F64, float(info.max)))
-                    S.store(b, s.out_dt, S.convert(b, y, DType.FLOAT64, s.out_dt), out, oi)
-                else:
-                    S.store(b, s.out_dt, S.convert(b, v, acc_dt, s.out_dt), out, oi)
-        b.ret_void()
-        return m
-
-    return Kernel(key, "kernel", "p" * nptr + "ll", build, n * mch)
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    kind: str  # "max", "avg" or "index" (where the max is: a flat input index, int64)
-    dt: DType
-    x_shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    pads: tuple[int, ...]
-    dilations: tuple[int, ...]
-    count_include_pad: bool
-    column_major: bool = False  # "index": spatial axes counted innermost-first
-    p: int = 2  # "lp": (sum of |x|^p over the window)^(1/p), padding counts as 0
-
-
-def pool(spec: PoolSpec) -> Kernel:
-    """N-d max / average pooling over (n, c) planes; cells past the end padding (ceil mode)
-    never count, padding cells count for average pooling only with count_include_pad."""
-    key = ("pool", spec)
-    s = spec
-    nsp = len(s.kernel)
-    ins, outs = s.x_shape[2:], s.out_shape[2:]
-    planes = s.x_shape[0] * s.x_shape[1]
-
-    def build() -> ir.Module:
-        m, b, (out, x, lo, hi) = kernel_function(key, 2)
-        dt = s.dt
-        ct = S.compute(dt) if dt.is_float else S.compute(dt)
-        acc = _entry_alloca(b, ct)
-        cnt = _entry_alloca(b, U.I64)
-        best = _entry_alloca(b, U.I64)
-        lst = contiguous_strides(ins[::-1])[::-1] if s.column_major else contiguous_strides(ins)
-        with U.loop(b, lo, hi, 1, "plane") as plane:
-            xbase = b.mul(plane, U.i64(math.prod(ins)))
-            with nest(b, outs, name="o") as ovs:
-                init = _lowest(dt) if s.kind in ("max", "index") else 0
-                b.store(U.i64(-1), best)
-                b.store(S.const(dt, init) if dt.is_float else S.int_const(dt, init), acc)
-                b.store(U.i64(0), cnt)
-                with nest(b, s.kernel, name="k") as kvs:
-                    ok: ir.Value = ir.Constant(U.I1, 1)
-                    inpad: ir.Value = ir.Constant(U.I1, 1)
-                    xi: ir.Value = xbase
-                    li: ir.Value = b.mul(plane, U.i64(math.prod(ins)))
-                    xst = contiguous_strides(ins)
-                    for d in range(nsp):
-                        p = b.add(b.mul(ovs[d], U.i64(s.strides[d])), U.i64(-s.pads[d]))
-                        p = b.add(p, b.mul(kvs[d], U.i64(s.dilations[d])))
-                        li = b.add(li, b.mul(p, U.i64(lst[d])))
-                        ok = b.and_(ok, b.icmp_unsigned("<", p, U.i64(ins[d])))
-                        inpad = b.and_(inpad, b.icmp_signed(
-                            "<", b.add(p, U.i64(s.pads[d])),
-                            U.i64(ins[d] + s.pads[d] + s.pads[nsp + d])))
-                        xi = b.add(xi, b.mul(p, U.i64(xst[d])))
-                    counted = inpad if s.count_include_pad else ok
-                    b.store(b.add(b.load(cnt), b.zext(counted, U.I64)), cnt)
-                    with b.if_then(ok):
-                        v = S.load(b, dt, x, xi)
-                        cur = b.load(acc)
-                        if s.kind == "index":
-                            better = (b.fcmp_ordered(">", v, cur) if dt.is_float else
-                                      (b.icmp_signed if dt.is_signed else b.icmp_unsigned)(
-                                          ">", v, cur))
-                            b.store(b.select(better, v, cur), acc)
-                            b.store(b.select(better, li, b.load(best)), best)
-                        elif s.kind == "max":
-                            b.store(S.emit(b, "max", [cur, v], [dt, dt], dt), acc)
-                        elif s.kind == "lp":
-                            av = S.intrinsic(b, "fabs", v)
-                            b.store(b.fadd(cur, S.intrinsic(b, "pow", av, ir.Constant(
-                                av.type, float(s.p)))), acc)
-                        else:
-                            b.store(b.fadd(cur, v), acc)
-                r = b.load(acc)
-                if s.kind == "avg":
-                    r = b.fdiv(r, b.sitofp(b.load(cnt), ct))
-                elif s.kind == "lp":
-                    r = S.intrinsic(b, "pow", r, ir.Constant(r.type, 1.0 / s.p))
-                odt = dt
-                if s.kind == "index":
-                    r, odt = b.load(best), DType.INT64
-                S.store(b, odt, r, out, b.add(b.mul(plane, U.i64(math.prod(outs))),
-                                             offset(b, ovs, contiguous_strides(outs))))
-        b.ret_void()
-        return m
-
-    return Kernel(key, "kernel", "ppll", build, planes)
-
-
-def panel_copy(rows: int, ld_src: int, ncols: int, nr: int,
-               program: tuple[Instr, ...] = ()) -> Kernel:
-    """dst[r, c] = f(src[r, c] [, res[r, c]]) for the columns c of panels [lo, hi) (nr columns
-    each, < ncols): the valid part of a GEMM computed into a padded buffer. `program` (an
-    elementwise program over value 0 = the GEMM result and, when it names value 1, the
-    residual in dst's layout) fuses the epilogue the GEMM kernel does not do (a residual add,
-    an activation) into this copy; empty: a plain copy."""
-    key = ("panel_copy", rows, ld_src, ncols, nr, program)
-    nres = 1 if any(1 in srcs for _, srcs, _, _ in program) else 0
-    f32 = DType.FLOAT32
-
-    def build() -> ir.Module:
-        m, b, args = kernel_function(key, 2 + nres)
-        dst, src, lo, hi = args[0], args[1], args[-2], args[-1]
-        c0 = b.mul(lo, U.i64(nr))
-        c1 = U.imin(b, b.mul(hi, U.i64(nr)), U.i64(ncols))
-        with U.loop(b, 0, U.i64(rows), 1, "r") as r:
-            with U.loop(b, c0, c1, 1, "c") as c:
-                di = b.add(b.mul(r, U.i64(ncols)), c)
-                vals = [U.load(b, U.F32, src, b.add(b.mul(r, U.i64(ld_src)), c))]
-                if nres:
-                    vals.append(U.load(b, U.F32, args[2], di))
-                for op, srcs, params, dt in program:
-                    args_ = [vals[i] for i in srcs]
-                    vals.append(S.emit(b, op, args_, [f32] * len(args_), dt, params))
-                U.store(b, U.F32, vals[-1], dst, di)
-        b.ret_void()
-        return m
-
-    return Kernel(key, "kernel", "pp" + "p" * nres + "ll", build, -(-ncols // nr))
+# -- other ops ------------------------------------------------------------------------------------
 
 
 def scan(kind: str, dt: DType, outer: int, n: int, inner: int, exclusive: bool,
@@ -848,7 +403,7 @@ def scan(kind: str, dt: DType, outer: int, n: int, inner: int, exclusive: bool,
 
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
-        acc = _entry_alloca(b, S.compute(dt))
+        acc = entry_alloca(b, S.compute(dt))
         with nest(b, (outer, inner), lo, hi) as (o, i):
             base = b.add(b.mul(o, U.i64(n * inner)), i)
             b.store(S.const(dt, 1 if kind == "mul" else 0), acc)
@@ -890,8 +445,8 @@ def hardmax(dt: DType, outer: int, n: int, inner: int) -> Kernel:
 
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
-        best = _entry_alloca(b, U.I64)
-        mx = _entry_alloca(b, S.compute(dt))
+        best = entry_alloca(b, U.I64)
+        mx = entry_alloca(b, S.compute(dt))
         with nest(b, (outer, inner), lo, hi) as (o, i):
             base = b.add(b.mul(o, U.i64(n * inner)), i)
             b.store(S.load(b, dt, x, base), mx)
@@ -1021,7 +576,7 @@ def topk(dt: DType, outer: int, n: int, inner: int, k: int, largest: bool) -> Ke
 
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
-        rank = _entry_alloca(b, U.I64)
+        rank = entry_alloca(b, U.I64)
         cmp = ">" if largest else "<"
         with nest(b, (outer, inner), lo, hi) as (o, t):
             base = b.add(b.mul(o, U.i64(n * inner)), t)
@@ -1057,7 +612,7 @@ def lrn(dt: DType, n: int, c: int, inner: int, size: int, alpha: float, beta: fl
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt)
-        acc = _entry_alloca(b, ct)
+        acc = entry_alloca(b, ct)
         with nest(b, (n, c, inner), lo, hi) as (i, ch, t):
             b.store(ir.Constant(ct, 0.0), acc)
             c0 = U.imax(b, b.sub(ch, U.i64(lo_off)), U.i64(0))
@@ -1112,7 +667,7 @@ def col2im(dt: DType, out_shape: Sequence[int], kernel: Sequence[int], blocks: S
     def build() -> ir.Module:
         m, b, (out, x, lo, hi) = kernel_function(key, 2)
         ct = S.compute(dt)
-        acc = _entry_alloca(b, ct)
+        acc = entry_alloca(b, ct)
         with nest(b, (out_shape[0] * out_shape[1],), lo, hi) as (nc,):
             with nest(b, image, name="y") as ys:
                 b.store(ir.Constant(ct, 0.0), acc)
@@ -1158,7 +713,7 @@ def einsum(dt: DType, inputs: Sequence[tuple[str, tuple[int, ...]]], output: str
     def build() -> ir.Module:
         m, b, args = kernel_function(key, 1 + len(inputs))
         out, ins, lo, hi = args[0], args[1:-2], args[-2], args[-1]
-        acc = _entry_alloca(b, S.compute(acc_dt))
+        acc = entry_alloca(b, S.compute(acc_dt))
         with nest(b, oshape, lo, hi, "o") as ovs:
             ovs = ovs if output else []
             b.store(S.const(acc_dt, 0), acc)

@@ -1,28 +1,6 @@
-"""Lower an (optimised) graph's nodes to CPU steps: kernels, and calls of them in a `Plan`.
-
-    lower_nodes(g, plan_builder) -> PlanSection   # the socket's entry: the nodes left to the CPU
-    lower(g, threads=2) -> Plan                   # a CPU-only plan, for this process
-
-Every node becomes one `Step`: one or more calls of LLVM-generated functions, with buffer
-pointers and integer/float constants as arguments. Nothing is computed with numpy at run time:
-the executor only allocates the buffers once and then calls the functions in order. A step
-whose work can be split (its outermost loop, or the GEMM's tiles) is called on [lo, hi) ranges
-from several threads.
-
-Kernels: the fast float32 kernels of this package (packed GEMM with fused bias and ReLU/clip,
-im2col convolution, depthwise convolution, 2-D pooling) for the common cases, and the generic
-loop-nest generator (``codegen_loops.py``) for everything else: elementwise programs over all
-dtypes with broadcasting, reductions, data movement, softmax, layer norm, naive matmul and
-convolution (N-d, integer, quantised), pooling; GridSample (``codegen_sample.py``) and Det
-(``codegen_linalg.py``).
-
-Buffers (in the shared `compiler.lowering.PlanBuilder`): graph inputs and outputs, constants
-(parameters, with the GEMM/convolution weights pre-packed), and one arena for every intermediate
-and scratch buffer, placed from the live ranges by the one memory planner
-(`passes.plan_memory.place`). RESHAPE and IDENTITY alias their operand's storage.
-
-Files: `lower_base.py` (the lowering's state and helpers), `lower_nn.py` (matmul, gemm, conv,
-pooling, integer ops), this file (the walk, elementwise, data movement, reductions, the rest).
+"""The walk: `_Lowerer` (every node in order; output binding) with the handlers of the ops
+that are not nn (`nn.py`): elementwise, data movement, reductions and normalisation, the rest;
+and the entry points `lower_nodes` and `lower`.
 """
 
 from __future__ import annotations
@@ -34,19 +12,20 @@ import numpy as np
 
 from vtakit.runtime.plan import Arg, Call, Plan, Section, Step
 
-from ...errors import UnsupportedError
-from ...ir import ops as o
-from ...ir.dtypes import DType
-from ...ir.graph import Graph
-from ...ir.ops import Node, Op
-from ...lowering import PlanBuilder
-from .. import PlanSection
-from . import codegen_linalg as LA
-from . import codegen_loops as L
-from . import codegen_sample as SA
-from .codegen_scalar import Unsupported
-from .lower_base import _at, _axis_strides, _nbytes, _strides
-from .lower_nn import NnLowering
+from ....errors import UnsupportedError
+from ....ir import ops as o
+from ....ir.dtypes import DType
+from ....ir.graph import Graph
+from ....ir.ops import Node, Op
+from ....lowering import PlanBuilder
+from ... import PlanSection
+from ..kernels import elementwise as E
+from ..kernels import linalg as LA
+from ..kernels import loops as L
+from ..kernels import sample as SA
+from ..kernels.scalar import Unsupported
+from .base import _at, _axis_strides, _nbytes, _strides
+from .nn import NnLowering
 
 _ELEMENTWISE = {
     Op.IDENTITY, Op.CAST, Op.RELU, Op.SIGMOID, Op.TANH, Op.EXP, Op.LOG, Op.SQRT, Op.ERF, Op.NEG,
@@ -82,7 +61,7 @@ def _params(n: Node) -> tuple:
     return ()
 
 
-def elementwise_instr(n: Node) -> L.Instr:
+def elementwise_instr(n: Node) -> E.Instr:
     op = n.op.value
     if n.op is Op.MOD:
         assert isinstance(_at(n), o.ModAttrs)
@@ -158,12 +137,12 @@ class _Lowerer(NnLowering):
                                    f"{op.name} yet")
         handler(n, name)
 
-    def elementwise(self, n: Node, prog: Sequence[L.Instr], src: Sequence[Node], name: str,
+    def elementwise(self, n: Node, prog: Sequence[E.Instr], src: Sequence[Node], name: str,
                     strides: Sequence[tuple[int, ...]] | None = None) -> None:
         if strides is None:
             strides = [L.broadcast_strides(s.shape, n.shape) for s in src]
         operands = [(s.dtype, st) for s, st in zip(src, strides, strict=True)]
-        k = L.eltwise(n.dtype, n.shape, operands, prog)
+        k = E.eltwise(n.dtype, n.shape, operands, prog)
         dst = self.out(n)
         self.call_generic(k, [dst] + [self.ptr(s) for s in src], name, n.op.value, n.size)
 
@@ -174,7 +153,7 @@ class _Lowerer(NnLowering):
             _axis_strides(s.shape, 1, n.rank) for s in n.src[1:]]
         dt = n.dtype
         # (x - mean) * (scale / sqrt(var + eps)) + bias, as the reference computes it
-        prog: list[L.Instr] = [
+        prog: list[E.Instr] = [
             ("sub", (0, 3), (), dt), ("add", (4,), (at.epsilon,), dt), ("sqrt", (6,), (), dt),
             ("div", (1, 7), (), dt), ("mul", (5, 8), (), dt), ("add", (9, 2), (), dt)]
         self.elementwise(n, prog, list(n.src), name, st)
@@ -327,7 +306,7 @@ class _Lowerer(NnLowering):
                           "reverse_sequence", n.size)
 
     def op_col2im(self, n: Node, name: str) -> None:
-        from ...ir.infer import conv_shape
+        from ....ir.infer import conv_shape
 
         x = n.src[0]
         a = _at(n)
@@ -377,7 +356,7 @@ class _Lowerer(NnLowering):
     def op_resize(self, n: Node, name: str) -> None:
         """One pass per resized axis (last first), as the reference does, in float64; the
         sampling tables (input indices and weights per output index) are computed now."""
-        from ...ir.interpreter import _resize_taps, resize_coordinates
+        from ....ir.interpreter import _resize_taps, resize_coordinates
 
         at = _at(n)
         x = n.src[0]
@@ -463,7 +442,7 @@ class _Lowerer(NnLowering):
         if not x.dtype.is_float:
             raise Unsupported(f"softmax of {x.dtype.value}")
         ax = _at(n).axis
-        k = L.softmax(x.dtype, math.prod(x.shape[:ax]), x.shape[ax],
+        k = E.softmax_axis(x.dtype, math.prod(x.shape[:ax]), x.shape[ax],
                       math.prod(x.shape[ax + 1:]), n.op is Op.LOG_SOFTMAX)
         self.call_generic(k, [self.out(n), self.ptr(x)], name, n.op.value, x.size)
 
@@ -483,7 +462,7 @@ class _Lowerer(NnLowering):
 
 
 def lower_nodes(g: Graph, plan: PlanBuilder) -> PlanSection:
-    """The CPU backend's lowering entry (registered in this package's ``__init__``): lower
+    """The CPU backend's lowering entry (registered in ``backend/cpu/__init__.py``): lower
     every node of `g` that no backend lowered before into `plan`, and bind the outputs."""
     lowerer = _Lowerer(g, plan)
     taken = lowerer.run()
@@ -495,7 +474,7 @@ def lower(g: Graph, *, threads: int = 1) -> Plan:
     """`g` (ideally after `compiler.pipeline.optimize`) as a plan that runs on the CPU alone, for
     `threads` threads, in this process. Raises `UnsupportedError` naming the first node without
     CPU code."""
-    from ...lowering import lower_graph
+    from ....lowering import lower_graph
 
     return lower_graph(g, "cpu", threads=threads)[0]
 

@@ -1,11 +1,19 @@
-"""Elementwise float32 kernels as LLVM IR: add / mul with broadcasting, ReLU, clip, softmax.
+"""Elementwise kernels as LLVM IR, and softmax: the fast float32 ones and the generic ones.
 
-The loops are written scalar and vectorised by LLVM's loop vectoriser (pointer arguments are
-``noalias``; reductions carry ``reassoc`` so they vectorise too).
+Float32, called from numpy (`add` / `mul` with one broadcast block, `relu`, `clip`, `softmax`
+over the last axis): the loops are written scalar and vectorised by LLVM's loop vectoriser
+(pointer arguments are ``noalias``; reductions carry ``reassoc`` so they vectorise too).
+
+Generic, for the lowering (`eltwise`, `softmax_axis`): loop-nest `loops.Kernel`s over every
+dtype. `eltwise` runs an elementwise program (a list of `Instr`, each op's arithmetic from
+`scalar.emit`) over operands broadcast numpy-style: one op, a fused chain, batch norm, the
+(de)quantisation, an epilogue. `softmax_axis` is (log-)softmax along any axis.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Literal
 
 import llvmlite.ir as ir
@@ -14,11 +22,17 @@ import numpy as np
 from vtakit.runtime.cpu.llvm import CACHE
 from vtakit.runtime.cpu.parallel import run_parallel, split_range
 
+from ....ir.dtypes import DType
 from . import gemm as G
 from . import irutil as U
+from . import scalar as S
+from .loops import FAST as GENERIC_FAST
+from .loops import Kernel, collapse, contiguous_strides, entry_alloca, kernel_function, nest, offset
+
+# -- float32, called from numpy -------------------------------------------------------------------
 
 BinOp = Literal["add", "mul"]
-FAST = ("reassoc", "nsz", "arcp", "contract")
+FAST = ("reassoc", "nsz", "arcp", "contract")  # the generic kernels: GENERIC_FAST, no arcp
 
 
 def _binary_module(op: BinOp) -> ir.Module:
@@ -185,3 +199,77 @@ def softmax(x: np.ndarray, out: np.ndarray | None = None, threads: int = 1) -> n
     run_parallel([lambda s=s, e=e: fn(x.ctypes.data, y.ctypes.data, s, e, n)
                   for s, e in split_range(rows, threads)])
     return y
+
+
+# -- generic: every dtype, for the lowering -------------------------------------------------------
+
+Instr = tuple[str, tuple[int, ...], tuple, DType]  # (op, operand value indices, params, dtype)
+
+
+def eltwise(out_dt: DType, out_shape: Sequence[int], operands: Sequence[tuple[DType, tuple]],
+            program: Sequence[Instr]) -> Kernel:
+    """out = program(operands): operand k has dtype and per-output-axis strides (0 where it
+    broadcasts); value k+j is the result of instruction j; the last one is stored."""
+    shape, strides = collapse(out_shape, [contiguous_strides(out_shape)] +
+                              [s for _, s in operands])
+    key = ("eltwise", out_dt, shape, strides, tuple(d for d, _ in operands), tuple(program))
+    nops = len(operands)
+
+    def build() -> ir.Module:
+        m, b, args = kernel_function(key, nops + 1)
+        out, ins, lo, hi = args[0], args[1:nops + 1], args[-2], args[-1]
+        with nest(b, shape, lo, hi) as ivs:
+            vals = [S.load(b, dt, p, offset(b, ivs, st)) for (dt, _), p, st in
+                    zip(operands, ins, strides[1:], strict=True)]
+            dts = [dt for dt, _ in operands]
+            for op, srcs, params, dt in program:
+                args, adts = [vals[i] for i in srcs], [dts[i] for i in srcs]
+                if op in _BINARY and len(srcs) == 1:  # x op constant (fused programs)
+                    args.append(S.const(dt, params[0]))
+                    adts.append(dt)
+                vals.append(S.emit(b, op, args, adts, dt, params))
+                dts.append(dt)
+            S.store(b, out_dt, vals[-1], out, offset(b, ivs, strides[0]))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * (nops + 1) + "ll", build, shape[0])
+
+
+_BINARY = {"add", "sub", "mul", "div", "max", "min", "pow"}
+
+
+def softmax_axis(dt: DType, outer: int, n: int, inner: int, log: bool) -> Kernel:
+    """Softmax (or log-softmax) of an (outer, n, inner) array along n; split over outer."""
+    key = ("softmax", dt, outer, n, inner, log)
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
+        ct = S.compute(dt)
+        mx, sm = entry_alloca(b, ct), entry_alloca(b, ct)
+        with nest(b, (outer, inner), lo, hi) as (o, i):
+            base = b.add(b.mul(o, U.i64(n * inner)), i)
+            b.store(ir.Constant(ct, -math.inf), mx)
+            with U.loop(b, 0, U.i64(n), 1, "j") as j:
+                v = S.load(b, dt, x, b.add(base, b.mul(j, U.i64(inner))))
+                b.store(S.fmax_nan(b, b.load(mx), v), mx)
+            b.store(ir.Constant(ct, 0.0), sm)
+            mxv = b.load(mx)
+            with U.loop(b, 0, U.i64(n), 1, "e") as j:
+                idx = b.add(base, b.mul(j, U.i64(inner)))
+                e = S.intrinsic(b, "exp", b.fsub(S.load(b, dt, x, idx), mxv))
+                if not log:
+                    S.store(b, dt, e, out, idx)
+                b.store(b.fadd(b.load(sm), e, flags=GENERIC_FAST), sm)
+            s = b.load(sm)
+            with U.loop(b, 0, U.i64(n), 1, "w") as j:
+                idx = b.add(base, b.mul(j, U.i64(inner)))
+                if log:
+                    r = b.fsub(b.fsub(S.load(b, dt, x, idx), mxv), S.intrinsic(b, "log", s))
+                else:
+                    r = b.fdiv(S.load(b, dt, out, idx), s)
+                S.store(b, dt, r, out, idx)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, outer)

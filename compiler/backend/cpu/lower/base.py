@@ -1,7 +1,7 @@
 """The lowering's state and helpers: kernels, buffers, constants, node locations, steps.
 
-`LowererBase` is what every group of op handlers builds on (`lower_nn.NnLowering`, then
-`lower._Lowerer`).
+`LowererBase` is what every group of op handlers builds on (`nn.NnLowering`, then
+`walk._Lowerer`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import numpy as np
 from vtakit.runtime.cpu.llvm import KernelRef
 from vtakit.runtime.plan import Arg, Call, Step
 
-from ...ir.dtypes import DType
-from ...ir.graph import Graph
-from ...ir.ops import Node
-from ...lowering import PlanBuilder
-from . import codegen_loops as L
+from ....ir.dtypes import DType
+from ....ir.graph import Graph
+from ....ir.ops import Node
+from ....lowering import PlanBuilder
+from ..kernels import elementwise as E
+from ..kernels import loops as L
 
 ALIGN = 64
-MACRO_SIG = "pppp" + "l" * 8 + "ff"  # gemm.gemm_packed
+MACRO_SIG = "pppp" + "l" * 8 + "ff"  # kernels.gemm.gemm_packed
 # The executor runs the whole graph in one compiled function on every thread (graphfn), so a
 # split step costs a barrier of a few microseconds; a step is split when it is a few tens of
 # microseconds of work. The parts are claimed dynamically, so a helper descheduled mid-step
@@ -52,7 +53,7 @@ def _axis_strides(shape: Sequence[int], axis: int, rank: int) -> tuple[int, ...]
 
 
 # The activations an Epilogue (compiler.passes) may name, as elementwise instructions.
-def _epilogue_instrs(ep: Any, dt: DType, first: int) -> list[L.Instr]:
+def _epilogue_instrs(ep: Any, dt: DType, first: int) -> list[E.Instr]:
     if ep is None or ep.activation is None:
         return []
     act = ep.activation
@@ -113,22 +114,22 @@ class LowererBase:
         return self.plan.out(n)
 
     @staticmethod
-    def epilogue_program(ep: Any, residual: Node | None, dt: DType) -> list[L.Instr]:
+    def epilogue_program(ep: Any, residual: Node | None, dt: DType) -> list[E.Instr]:
         """act(y [+ residual]) over values 0 = y, 1 = residual."""
-        prog: list[L.Instr] = [("add", (0, 1), (), dt)] if residual is not None else []
+        prog: list[E.Instr] = [("add", (0, 1), (), dt)] if residual is not None else []
         return prog + _epilogue_instrs(ep, dt, 2 if prog else 0)
 
     def epilogue_step(self, n: Node, ep: Any, residual: Node | None, name: str,
                       bias: Node | None = None) -> None:
         """y = act(y [+ bias] [+ residual]) in place, for what a kernel did not fuse."""
         src = [n] + [s for s in (bias, residual) if s is not None]
-        prog: list[L.Instr] = []
+        prog: list[E.Instr] = []
         for k in range(1, len(src)):
             prog.append(("add", (0 if k == 1 else len(src) + k - 2, k), (), n.dtype))
         prog += _epilogue_instrs(ep, n.dtype, len(src) + len(prog) - 1 if prog else 0)
         if not prog:
             return
         st = [_strides(n.shape)] + [L.broadcast_strides(r.shape, n.shape) for r in src[1:]]
-        kern = L.eltwise(n.dtype, n.shape, list(zip([s.dtype for s in src], st)), prog)
+        kern = E.eltwise(n.dtype, n.shape, list(zip([s.dtype for s in src], st)), prog)
         self.call_generic(kern, [self.ptr(n)] + [self.ptr(s) for s in src], name + ":epilogue",
                           "epilogue", n.size)

@@ -4,8 +4,8 @@ depthwise, fused bias + activation, threads, bad input."""
 import numpy as np
 import pytest
 
-from vtakit.compiler.backend.cpu import gemm as G
-from vtakit.compiler.backend.cpu.conv import Conv2d, conv2d
+from vtakit.compiler.backend.cpu.kernels import gemm as G
+from vtakit.compiler.backend.cpu.kernels.conv import Conv2d, conv2d
 
 RNG = np.random.default_rng(0)
 
@@ -45,7 +45,7 @@ CASES = [  # n, cin, h, w, cout, kh, kw, stride, pad, dilation, groups
     (1, 8, 12, 12, 4, 3, 3, (1, 1), (1, 1), (1, 1), 2),
     (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), 1),
     # depthwise: rows of one partial chunk, exactly one chunk, chunks + a partial one, a row
-    # loop (more than depthwise.UNROLL_CHUNKS chunks), strides 1-3 either way, dilation,
+    # loop (more than conv.UNROLL_CHUNKS chunks), strides 1-3 either way, dilation,
     # a filter wider than the image (most taps out of range)
     (1, 4, 7, 7, 4, 3, 3, (1, 1), (1, 1), (1, 1), 4),
     (1, 3, 14, 14, 3, 3, 3, (2, 2), (1, 1), (1, 1), 3),

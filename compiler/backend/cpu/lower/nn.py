@@ -1,7 +1,8 @@
 """Op handlers of the lowering for the dense neural-network ops: MatMul, Gemm, Conv,
 ConvTranspose, pooling, LRN, and the integer / quantised matmul and convolution. Float32 convs
 and GEMMs with constant weights get the packed GEMM (weights packed now), im2col and the
-depthwise kernel; the rest the generic loop nests."""
+depthwise kernel, float32 2-D pooling the 2-D pool kernels; the rest the generic kernel of the
+same family (``kernels/gemm.py``, ``conv.py``, ``pool.py``)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ import numpy as np
 
 from vtakit.runtime.plan import Arg, Call, Step
 
-from ...ir.dtypes import DType
-from ...ir.ops import Node, Op
-from . import codegen_loops as L
-from . import conv as C
-from . import depthwise as D
-from . import gemm as G
-from . import pool as P
-from .codegen_scalar import Unsupported
-from .lower_base import (
+from ....ir.dtypes import DType
+from ....ir.ops import Node, Op
+from ..kernels import conv as C
+from ..kernels import elementwise as E
+from ..kernels import gemm as G
+from ..kernels import loops as L
+from ..kernels import pool as P
+from ..kernels.scalar import Unsupported
+from .base import (
     MACRO_SIG,
     PARALLEL_MIN_ELEMENTS,
     PARALLEL_MIN_MACS,
@@ -56,13 +57,13 @@ class NnLowering(LowererBase):
         sa, sb = _strides(ash), _strides(bsh)
         ast = [s * m * k if s else 0 for s in L.broadcast_strides(ash[:-2], batch)]
         bst = [s * k * nn if s else 0 for s in L.broadcast_strides(bsh[:-2], batch)]
-        spec = L.MatmulSpec(a.dtype, b.dtype, n.dtype, batch, m, nn, k,
+        spec = G.MatmulSpec(a.dtype, b.dtype, n.dtype, batch, m, nn, k,
                             (*ast, sa[-2], sa[-1]), (*bst, sb[-2], sb[-1]), **extra)
         return self._matmul_call(n, spec, [a, b], name)
 
-    def _matmul_call(self, n: Node, spec: L.MatmulSpec, src: Sequence[Node], name: str,
+    def _matmul_call(self, n: Node, spec: G.MatmulSpec, src: Sequence[Node], name: str,
                      extra_ptrs: Sequence[Arg] = ()) -> None:
-        k = L.matmul(spec)
+        k = G.matmul(spec)
         self.call_generic(k, [self.out(n)] + [self.ptr(s) for s in src] + list(extra_ptrs),
                           name, n.op.value, spec.m * spec.n * spec.k * max(1, math.prod(
                               spec.batch)) // 8)
@@ -91,7 +92,7 @@ class NnLowering(LowererBase):
         if c is not None:
             cspec = (c.dtype, L.broadcast_strides(c.shape, n.shape))
             src.append(c)
-        spec = L.MatmulSpec(a.dtype, b.dtype, n.dtype, (), m, nn, kk, sa, sb, at.alpha,
+        spec = G.MatmulSpec(a.dtype, b.dtype, n.dtype, (), m, nn, kk, sa, sb, at.alpha,
                             at.beta, cspec)
         self._matmul_call(n, spec, src, name)
         self.epilogue_step(n, ep, n.src[-1] if nres else None, name)
@@ -149,10 +150,10 @@ class NnLowering(LowererBase):
                 and (bias is None or bias.op is Op.CONST)):
             return self.fast_conv(n, x, w.value, None if bias is None else bias.value, at,
                                   ep, residual, name)
-        spec = L.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
+        spec = C.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
                           at.pads, at.dilations, at.group,
                           bias.dtype if bias is not None else None)
-        k = L.conv(spec)
+        k = C.conv(spec)
         src = [x, w] + ([bias] if bias is not None else [])
         self.call_generic(k, [self.out(n)] + [self.ptr(s) for s in src], name, "conv",
                           n.size * math.prod(w.shape[1:]) // 8)
@@ -162,11 +163,11 @@ class NnLowering(LowererBase):
         x, w = n.src[:2]
         at = _at(n)
         bias = n.src[2] if len(n.src) == 3 else None
-        spec = L.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
+        spec = C.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
                           at.pads, at.dilations, at.group,
                           bias.dtype if bias is not None else None, transposed=True)
         src = [x, w] + ([bias] if bias is not None else [])
-        self.call_generic(L.conv(spec), [self.out(n)] + [self.ptr(s) for s in src], name,
+        self.call_generic(C.conv(spec), [self.out(n)] + [self.ptr(s) for s in src], name,
                           "conv_transpose", n.size * math.prod(w.shape[1:]))
 
     def fast_conv(self, n: Node, x: Node, w: np.ndarray, bias: np.ndarray | None,
@@ -183,11 +184,11 @@ class NnLowering(LowererBase):
         dst = self.out(n)
         _, dbuf, doff = dst
         xb, xoff = self.where(x)
-        fused: tuple[L.Instr, ...] = ()  # epilogue fused into the copy-out of padded GEMMs
+        fused: tuple[E.Instr, ...] = ()  # epilogue fused into the copy-out of padded GEMMs
         if conv.depthwise:
             geom = C.ConvGeom(1, *C.dataclass_fields(g)[1:])
             dki = self.kernel(("depthwise", geom, act),
-                              lambda: D.depthwise_module(geom, act))
+                              lambda: C.depthwise_module(geom, act))
             wb = self.const(conv.weight, "dw_weight")
             bb = self.const(conv.bias, "dw_bias")
             for i in range(nb):
@@ -245,7 +246,7 @@ class NnLowering(LowererBase):
                             ("i", npad), *mr_, ("f", lo), ("f", hi)))
                         # the epilogue the GEMM did not fuse runs in the copy-out
                         prog = fused if conv.groups == 1 else ()
-                        pk = L.panel_copy(cg, npad, npix, cfg.nr, prog)
+                        pk = C.panel_copy(cg, npad, npix, cfg.nr, prog)
                         res = [self.ptr(residual)] if prog and residual is not None else []
                         if res:
                             r = res[0]
@@ -286,9 +287,9 @@ class NnLowering(LowererBase):
                 self.add_step(Step(name, n.op.value, [call], planes,
                                        n.size >= PARALLEL_MIN_ELEMENTS // 4 and planes > 1))
                 return
-        spec = L.PoolSpec(kind, x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
+        spec = P.PoolSpec(kind, x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
                           a.dilations, a.count_include_pad)
-        self.call_generic(L.pool(spec), [self.out(n), self.ptr(x)], name, n.op.value,
+        self.call_generic(P.pool(spec), [self.out(n), self.ptr(x)], name, n.op.value,
                           n.size * math.prod(a.kernel))
 
     op_avg_pool = op_max_pool
@@ -299,9 +300,9 @@ class NnLowering(LowererBase):
         pa = a.pool
         if not x.dtype.is_float:
             raise Unsupported(f"lp_pool of {x.dtype.value}")
-        spec = L.PoolSpec("lp", x.dtype, x.shape, n.shape, pa.kernel, pa.strides, pa.pads,
+        spec = P.PoolSpec("lp", x.dtype, x.shape, n.shape, pa.kernel, pa.strides, pa.pads,
                           pa.dilations, False, False, a.p)
-        self.call_generic(L.pool(spec), [self.out(n), self.ptr(x)], name, "lp_pool",
+        self.call_generic(P.pool(spec), [self.out(n), self.ptr(x)], name, "lp_pool",
                           n.size * math.prod(pa.kernel))
 
     def op_lrn(self, n: Node, name: str) -> None:
@@ -314,9 +315,9 @@ class NnLowering(LowererBase):
     def op_max_pool_index(self, n: Node, name: str) -> None:
         x = n.src[0]
         a = _at(n)
-        spec = L.PoolSpec("index", x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
+        spec = P.PoolSpec("index", x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
                           a.dilations, False, a.column_major)
-        self.call_generic(L.pool(spec), [self.out(n), self.ptr(x)], name, "max_pool_index",
+        self.call_generic(P.pool(spec), [self.out(n), self.ptr(x)], name, "max_pool_index",
                           n.size * math.prod(a.kernel))
 
     # -- integer and quantised ------------------------------------------------------------------
@@ -344,7 +345,7 @@ class NnLowering(LowererBase):
         sa, sb = _strides(a.shape), _strides(b.shape)
         ast = [s * m * k if s else 0 for s in L.broadcast_strides(a.shape[:-2], batch)]
         bst = [s * k * nn if s else 0 for s in L.broadcast_strides(b.shape[:-2], batch)]
-        spec = L.MatmulSpec(a.dtype, b.dtype, n.dtype, batch, m, nn, k,
+        spec = G.MatmulSpec(a.dtype, b.dtype, n.dtype, batch, m, nn, k,
                             (*ast, sa[-2], sa[-1]), (*bst, sb[-2], sb[-1]), **extra)
         ptrs = [self.ptr(az), self.ptr(bz)] + ([self.ptr(v) for v in q] if q else [])
         self._matmul_call(n, spec, [a, b], name, ptrs)
@@ -361,13 +362,13 @@ class NnLowering(LowererBase):
     def _int_conv(self, n: Node, x: Node, w: Node, xz: Node, wz: Node,
                   q: tuple[Node, ...] | None, bias: Node | None, name: str) -> None:
         at = _at(n)
-        spec = L.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
+        spec = C.ConvSpec(x.dtype, w.dtype, n.dtype, x.shape, w.shape, n.shape, at.strides,
                           at.pads, at.dilations, at.group,
                           bias.dtype if bias is not None else None,
                           (xz.dtype, wz.dtype, 1 if wz.size > 1 else 0),
                           (0, 1 if q[1].size > 1 else 0) if q else None)
         src = [x, w] + ([bias] if bias is not None else []) + [xz, wz] + (list(q) if q else [])
-        self.call_generic(L.conv(spec), [self.out(n)] + [self.ptr(s) for s in src], name,
+        self.call_generic(C.conv(spec), [self.out(n)] + [self.ptr(s) for s in src], name,
                           n.op.value, n.size * math.prod(w.shape[1:]) // 8)
 
 

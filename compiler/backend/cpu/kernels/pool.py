@@ -1,7 +1,17 @@
-"""float32 NCHW pooling as LLVM IR: max / average 2-D pooling and global average pooling."""
+"""Pooling as LLVM IR: the float32 NCHW 2-D kernels and the generic N-d pooling.
+
+Float32 2-D (`pool2d`, `max_pool2d`, `avg_pool2d`, `global_avg_pool` from numpy; `_pool_module`
+for the lowering): max pooling is the row-vectorised window kernel of ``conv.py`` (the depthwise
+walk with ``max``, `max_pool_module`), average pooling a scalar loop per output.
+
+The generic pooling (`PoolSpec`, `pool`): a loop nest (a `loops.Kernel`) for every other
+MaxPool / AveragePool of the lowering (N-d, dilated, ceil mode, any dtype), LpPool, and the
+indices of MaxPool. The lowering's GlobalAveragePool / GlobalMaxPool are `loops.reduce`.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -11,9 +21,12 @@ import numpy as np
 from vtakit.runtime.cpu.llvm import CACHE
 from vtakit.runtime.cpu.parallel import run_parallel, split_range
 
+from ....ir.dtypes import DType
 from . import gemm as G
 from . import irutil as U
-from .depthwise import max_pool_module
+from . import scalar as S
+from .conv import window_module
+from .loops import Kernel, contiguous_strides, entry_alloca, kernel_function, lowest, nest, offset
 
 PoolKind = Literal["max", "avg"]
 
@@ -39,9 +52,15 @@ class PoolGeom:
         return (self.w + 2 * self.pw - self.kw) // self.sw + 1
 
 
+def max_pool_module(g: PoolGeom) -> ir.Module:
+    """``pool(x, y, p0, p1)``: 2-D max pooling of planes [p0, p1) for geometry `g`;
+    padding is ignored (read as -inf), as ONNX MaxPool specifies."""
+    return window_module(g, "max", "none")
+
+
 def _pool_module(kind: PoolKind, g: PoolGeom) -> ir.Module:
     """pool(x, y, p0, p1): planes [p0, p1) (a plane is one (n, c) image). Max pooling is the
-    row-vectorised window kernel of `depthwise`; average pooling a scalar loop per output."""
+    row-vectorised window kernel of ``conv.py``; average pooling a scalar loop per output."""
     if kind == "max":
         return max_pool_module(g)
     m = ir.Module(name=f"pool_{kind}_{g.h}x{g.w}_k{g.kh}x{g.kw}_s{g.sh}x{g.sw}_p{g.ph}x{g.pw}")
@@ -146,3 +165,94 @@ def global_avg_pool(x: np.ndarray, threads: int = 1) -> np.ndarray:
     run_parallel([lambda s=s, e=e: fn(x.ctypes.data, y.ctypes.data, s, e, h * w)
                   for s, e in split_range(n * c, threads)])
     return y
+
+
+# -- generic: every dtype, for the lowering -------------------------------------------------------
+
+@dataclass(frozen=True)
+class PoolSpec:
+    kind: str  # "max", "avg" or "index" (where the max is: a flat input index, int64)
+    dt: DType
+    x_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+    count_include_pad: bool
+    column_major: bool = False  # "index": spatial axes counted innermost-first
+    p: int = 2  # "lp": (sum of |x|^p over the window)^(1/p), padding counts as 0
+
+
+def pool(spec: PoolSpec) -> Kernel:
+    """N-d max / average pooling over (n, c) planes; cells past the end padding (ceil mode)
+    never count, padding cells count for average pooling only with count_include_pad."""
+    key = ("pool", spec)
+    s = spec
+    nsp = len(s.kernel)
+    ins, outs = s.x_shape[2:], s.out_shape[2:]
+    planes = s.x_shape[0] * s.x_shape[1]
+
+    def build() -> ir.Module:
+        m, b, (out, x, lo, hi) = kernel_function(key, 2)
+        dt = s.dt
+        ct = S.compute(dt) if dt.is_float else S.compute(dt)
+        acc = entry_alloca(b, ct)
+        cnt = entry_alloca(b, U.I64)
+        best = entry_alloca(b, U.I64)
+        lst = contiguous_strides(ins[::-1])[::-1] if s.column_major else contiguous_strides(ins)
+        with U.loop(b, lo, hi, 1, "plane") as plane:
+            xbase = b.mul(plane, U.i64(math.prod(ins)))
+            with nest(b, outs, name="o") as ovs:
+                init = lowest(dt) if s.kind in ("max", "index") else 0
+                b.store(U.i64(-1), best)
+                b.store(S.const(dt, init) if dt.is_float else S.int_const(dt, init), acc)
+                b.store(U.i64(0), cnt)
+                with nest(b, s.kernel, name="k") as kvs:
+                    ok: ir.Value = ir.Constant(U.I1, 1)
+                    inpad: ir.Value = ir.Constant(U.I1, 1)
+                    xi: ir.Value = xbase
+                    li: ir.Value = b.mul(plane, U.i64(math.prod(ins)))
+                    xst = contiguous_strides(ins)
+                    for d in range(nsp):
+                        p = b.add(b.mul(ovs[d], U.i64(s.strides[d])), U.i64(-s.pads[d]))
+                        p = b.add(p, b.mul(kvs[d], U.i64(s.dilations[d])))
+                        li = b.add(li, b.mul(p, U.i64(lst[d])))
+                        ok = b.and_(ok, b.icmp_unsigned("<", p, U.i64(ins[d])))
+                        inpad = b.and_(inpad, b.icmp_signed(
+                            "<", b.add(p, U.i64(s.pads[d])),
+                            U.i64(ins[d] + s.pads[d] + s.pads[nsp + d])))
+                        xi = b.add(xi, b.mul(p, U.i64(xst[d])))
+                    counted = inpad if s.count_include_pad else ok
+                    b.store(b.add(b.load(cnt), b.zext(counted, U.I64)), cnt)
+                    with b.if_then(ok):
+                        v = S.load(b, dt, x, xi)
+                        cur = b.load(acc)
+                        if s.kind == "index":
+                            better = (b.fcmp_ordered(">", v, cur) if dt.is_float else
+                                      (b.icmp_signed if dt.is_signed else b.icmp_unsigned)(
+                                          ">", v, cur))
+                            b.store(b.select(better, v, cur), acc)
+                            b.store(b.select(better, li, b.load(best)), best)
+                        elif s.kind == "max":
+                            b.store(S.emit(b, "max", [cur, v], [dt, dt], dt), acc)
+                        elif s.kind == "lp":
+                            av = S.intrinsic(b, "fabs", v)
+                            b.store(b.fadd(cur, S.intrinsic(b, "pow", av, ir.Constant(
+                                av.type, float(s.p)))), acc)
+                        else:
+                            b.store(b.fadd(cur, v), acc)
+                r = b.load(acc)
+                if s.kind == "avg":
+                    r = b.fdiv(r, b.sitofp(b.load(cnt), ct))
+                elif s.kind == "lp":
+                    r = S.intrinsic(b, "pow", r, ir.Constant(r.type, 1.0 / s.p))
+                odt = dt
+                if s.kind == "index":
+                    r, odt = b.load(best), DType.INT64
+                S.store(b, odt, r, out, b.add(b.mul(plane, U.i64(math.prod(outs))),
+                                             offset(b, ovs, contiguous_strides(outs))))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "ppll", build, planes)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ...ir.dtypes import DType
-from . import codegen_scalar as S
+from ....ir.dtypes import DType
 from . import irutil as U
-from .codegen_loops import Kernel, kernel_function
+from . import scalar as S
+from .loops import Kernel, kernel_function
 
 F64 = DType.FLOAT64
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from vtakit.compiler.backend.cpu import eltwise as E
-from vtakit.compiler.backend.cpu import pool as P
+from vtakit.compiler.backend.cpu.kernels import elementwise as E
+from vtakit.compiler.backend.cpu.kernels import pool as P
 
 RNG = np.random.default_rng(0)
 TOL = dict(rtol=1e-4, atol=1e-4)

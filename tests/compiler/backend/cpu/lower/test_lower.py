@@ -119,7 +119,7 @@ def test_arena_reuses_memory_and_plan_round_trips() -> None:
 
 
 def test_every_op_is_lowered() -> None:
-    from vtakit.compiler.backend.cpu.lower import _ELEMENTWISE
+    from vtakit.compiler.backend.cpu.lower.walk import _ELEMENTWISE
     from vtakit.compiler.ir.ops import Op
 
     special = {Op.INPUT, Op.CONST, Op.RESHAPE, Op.IDENTITY, Op.FUSED_ELEMENTWISE}

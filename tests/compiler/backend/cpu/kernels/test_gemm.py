@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vtakit.compiler.backend.cpu import gemm as G
+from vtakit.compiler.backend.cpu.kernels import gemm as G
 
 RNG = np.random.default_rng(0)
 TOL = dict(rtol=1e-4, atol=1e-4)

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 import llvmlite.ir as ir
 
-from ...ir.dtypes import DType
-from . import codegen_scalar as S
+from ....ir.dtypes import DType
 from . import irutil as U
-from .codegen_loops import Kernel, contiguous_strides, kernel_function
+from . import scalar as S
+from .loops import Kernel, contiguous_strides, kernel_function
 
 F64 = DType.FLOAT64
 CUBIC_A = -0.75  # ONNX GridSample's bicubic coefficient

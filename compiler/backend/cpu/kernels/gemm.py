@@ -1,4 +1,7 @@
-"""float32 GEMM ``C[M,N] = A[M,K] @ B[K,N] (+ bias) (→ ReLU / clip)`` generated as LLVM IR.
+"""Matrix products as LLVM IR: the packed float32 GEMM, the int8 GEMM and the generic matmul.
+
+float32 GEMM ``C[M,N] = A[M,K] @ B[K,N] (+ bias) (→ ReLU / clip)``, the lowering's kernel for
+Gemm / MatMul with constant weights and for im2col convolution (``conv.py``).
 
 Layout (Goto/BLIS style):
 
@@ -15,11 +18,20 @@ Layout (Goto/BLIS style):
 
 Threads split the ``M`` or ``N`` tiles between calls of the compiled function through ctypes,
 which releases the GIL.
+
+int8 × int8 → int32 GEMM (`gemm_int8`), called from numpy, bit-exact: a row-major i-k-j loop
+nest whose j loop widens (sext i8 → i32) and is vectorised by LLVM; threads split the rows.
+Correctness first: a ``vpdpbusd`` micro-kernel would need B packed as 4-deep k groups.
+
+The generic matmul (`MatmulSpec`, `matmul`): a naive loop nest (a `loops.Kernel`) for every
+other MatMul / Gemm of the lowering: any dtype, batch broadcasting, transposes, C, and the
+integer and quantised forms (MatMulInteger, QLinearMatMul) with zero points and requantisation.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +41,10 @@ import numpy as np
 from vtakit.runtime.cpu.llvm import CACHE, JitModule
 from vtakit.runtime.cpu.parallel import run_parallel, split_range
 
+from ....ir.dtypes import DType
 from . import irutil as U
+from . import scalar as S
+from .loops import Kernel, entry_alloca, kernel_function, offset
 
 Act = Literal["none", "relu", "clip"]
 BiasMode = Literal["none", "row", "col"]
@@ -450,3 +465,186 @@ def _apply_act_np(out: np.ndarray, kind: Act, lo: float, hi: float) -> None:
         np.maximum(out, 0, out=out)
     elif kind == "clip":
         np.clip(out, lo, hi, out=out)
+
+
+# -- int8, called from numpy ----------------------------------------------------------------------
+
+def _int8_module() -> ir.Module:
+    """gemm_i8(a, b, c, M, N, K, m0, m1): rows [m0, m1) of C = A @ B."""
+    m = ir.Module(name="gemm_i8")
+    _, b = U.new_function(m, "gemm_i8", [("a", U.PTR), ("b", U.PTR), ("c", U.PTR),
+                                          ("M", U.I64), ("N", U.I64), ("K", U.I64),
+                                          ("m0", U.I64), ("m1", U.I64)])
+    a, bb, c, _M, N, K, m0, m1 = b.function.args
+    with U.loop(b, m0, m1, 1, "i") as i:
+        crow = b.mul(i, N)
+        with U.loop(b, 0, N, 1, "z") as j:
+            U.store(b, U.I32, ir.Constant(U.I32, 0), c, b.add(crow, j))
+        with U.loop(b, 0, K, 1, "k") as k:
+            av = b.sext(U.load(b, U.I8, a, b.add(b.mul(i, K), k)), U.I32)
+            brow = b.mul(k, N)
+            with U.loop(b, 0, N, 1, "j") as j:
+                bv = b.sext(U.load(b, U.I8, bb, b.add(brow, j)), U.I32)
+                idx = b.add(crow, j)
+                U.store(b, U.I32, b.add(U.load(b, U.I32, c, idx), b.mul(av, bv)), c, idx)
+    b.ret_void()
+    return m
+
+
+def gemm_int8(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+              threads: int = 1) -> np.ndarray:
+    """``out = a @ b`` with int8 inputs and exact int32 accumulation (wraps like int32 on
+    overflow, which needs K > 131072)."""
+    check_array(a, "gemm_int8: a", 2, np.int8)
+    check_array(b, "gemm_int8: b", 2, np.int8)
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise ValueError(f"gemm_int8: a has shape {a.shape} but b has shape {b.shape}; "
+                         f"expected b of shape ({k}, N)")
+    n = b.shape[1]
+    if out is None:
+        out = np.empty((m, n), np.int32)
+    else:
+        check_array(out, "gemm_int8: out", 2, np.int32)
+        if out.shape != (m, n):
+            raise ValueError(f"gemm_int8: out has shape {out.shape}, expected {(m, n)}")
+    fn = CACHE.get(("gemm_i8",), _int8_module).cfunc("gemm_i8", None, *(_P,) * 3, *(_L,) * 5)
+    run_parallel([lambda s=s, e=e: fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, m, n, k,
+                                      s, e)
+                  for s, e in split_range(m, threads)])
+    return out
+
+
+# -- generic: every dtype, for the lowering -------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """out[b, i, j] = requant(alpha * sum_k (A[b, i, k] - azp[i]) * (B[b, k, j] - bzp[j])
+    (+ beta * C[b, i, j])). Strides are in elements over (batch..., i or k, k or j) of each
+    operand (0 where it broadcasts); out is contiguous (batch..., M, N)."""
+
+    a_dt: DType
+    b_dt: DType
+    out_dt: DType
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    a_str: tuple[int, ...]  # batch strides..., stride_i, stride_k
+    b_str: tuple[int, ...]  # batch strides..., stride_k, stride_j
+    alpha: float = 1.0
+    beta: float = 1.0
+    c: tuple[DType, tuple[int, ...]] | None = None  # dtype, strides (batch..., i, j)
+    zero_points: bool = False  # operands: azp (per row i, stride az), bzp (per column j)
+    azp_str: int = 0
+    bzp_str: int = 0
+    zp_dt: tuple[DType, DType] | None = None
+    # requantise (QLinearMatMul): y = saturate(rint(acc * (xs * ws / ys)) + yzp)
+    requant: bool = False
+    xs_str: int = 0
+    ws_str: int = 0
+    scale_dt: DType = DType.FLOAT32
+
+
+def matmul(spec: MatmulSpec) -> Kernel:
+    """A naive (i, k, j) loop nest over the output rows; accumulates in the output's compute
+    type (int32/int64 for integer inputs, float32 for float16)."""
+    key = ("matmul", spec)
+    s = spec
+    nptr = 3 + (1 if s.c else 0) + (2 if s.zero_points else 0) + (4 if s.requant else 0)
+    nb = len(s.batch)
+    rows = math.prod(s.batch) * s.m
+    if s.requant or s.zero_points:
+        acc_dt = DType.INT64 if s.requant else DType.INT32
+    elif s.out_dt.is_float:
+        acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
+    else:
+        acc_dt = s.out_dt
+
+    def build() -> ir.Module:
+        m, b, args = kernel_function(key, nptr)
+        out, pa, pb = args[0], args[1], args[2]
+        rest = list(args[3:-2])
+        pc = rest.pop(0) if s.c else None
+        azp = rest.pop(0) if s.zero_points else None
+        bzp = rest.pop(0) if s.zero_points else None
+        lo, hi = args[-2], args[-1]
+        ct = S.compute(acc_dt)
+        row = entry_alloca(b, ir.ArrayType(ct, s.n))
+        with U.loop(b, lo, hi, 1, "row") as r:
+            i = b.urem(r, U.i64(s.m))
+            rem = b.udiv(r, U.i64(s.m))
+            bidx = []
+            for n in reversed(s.batch):
+                bidx.append(b.urem(rem, U.i64(n)))
+                rem = b.udiv(rem, U.i64(n))
+            bidx.reverse()
+            abase = b.add(offset(b, bidx, s.a_str[:nb]), b.mul(i, U.i64(s.a_str[nb])))
+            bbase = offset(b, bidx, s.b_str[:nb])
+            rowp = b.gep(row, [U.i64(0), U.i64(0)])
+            with U.loop(b, 0, U.i64(s.n), 1, "z") as j:
+                U.store(b, ct, ir.Constant(ct, 0 if not acc_dt.is_float else 0.0), rowp, j)
+            az = None
+            if azp is not None:
+                assert s.zp_dt is not None
+                az = S.convert(b, S.load(b, s.zp_dt[0], azp, b.mul(i, U.i64(s.azp_str))),
+                               s.zp_dt[0], acc_dt)
+            with U.loop(b, 0, U.i64(s.k), 1, "k") as k:
+                av = S.convert(b, S.load(b, s.a_dt, pa, b.add(abase, b.mul(k, U.i64(
+                    s.a_str[nb + 1])))), s.a_dt, acc_dt)
+                if az is not None:
+                    av = b.sub(av, az)
+                brow = b.add(bbase, b.mul(k, U.i64(s.b_str[nb])))
+                with U.loop(b, 0, U.i64(s.n), 1, "j") as j:
+                    bv = S.convert(b, S.load(b, s.b_dt, pb, b.add(brow, b.mul(
+                        j, U.i64(s.b_str[nb + 1])))), s.b_dt, acc_dt)
+                    if bzp is not None:
+                        assert s.zp_dt is not None
+                        bv = b.sub(bv, S.convert(b, S.load(b, s.zp_dt[1], bzp, b.mul(
+                            j, U.i64(s.bzp_str))), s.zp_dt[1], acc_dt))
+                    cur = U.load(b, ct, rowp, j)
+                    if acc_dt.is_float:
+                        nxt = b.fadd(cur, b.fmul(av, bv), flags=("contract",))
+                    else:
+                        nxt = b.add(cur, b.mul(av, bv))
+                    U.store(b, ct, nxt, rowp, j)
+            obase = b.mul(r, U.i64(s.n))
+            with U.loop(b, 0, U.i64(s.n), 1, "w") as j:
+                v = U.load(b, ct, rowp, j)
+                if s.requant:
+                    xs, ws, ys, yzp = args[3 + (1 if s.c else 0) + 2:-2]
+                    f32 = s.scale_dt
+                    sx = S.load(b, f32, xs, b.mul(i, U.i64(s.xs_str)))
+                    sw = S.load(b, f32, ws, b.mul(j, U.i64(s.ws_str)))
+                    sxw = b.fmul(sx, sw)
+                    if f32 is DType.FLOAT16:  # the reference rounds each step to float16
+                        sxw = b.fpext(b.fptrunc(sxw, S.F16), U.F32)
+                    sc = b.fdiv(sxw, S.load(b, f32, ys, U.i64(0)))
+                    if f32 is DType.FLOAT16:
+                        sc = b.fpext(b.fptrunc(sc, S.F16), U.F32)
+                    y = b.fmul(S.convert(b, v, acc_dt, DType.FLOAT64),
+                               S.convert(b, sc, DType.FLOAT32, DType.FLOAT64))
+                    y = b.fadd(y, S.convert(b, S.load(b, s.out_dt, yzp, U.i64(0)), s.out_dt,
+                                            DType.FLOAT64))
+                    info = np.iinfo(s.out_dt.np)
+                    y = S.intrinsic(b, "roundeven", y)
+                    y = S.fmin_nan(b, S.fmax_nan(b, y, ir.Constant(S.F64, float(info.min))),
+                                   ir.Constant(S.F64, float(info.max)))
+                    S.store(b, s.out_dt, S.convert(b, y, DType.FLOAT64, s.out_dt), out,
+                            b.add(obase, j))
+                else:
+                    if s.alpha != 1.0:
+                        v = b.fmul(v, ir.Constant(ct, s.alpha))
+                    if pc is not None:
+                        assert s.c is not None
+                        cdt, cstr = s.c
+                        cv = S.convert(b, S.load(b, cdt, pc, b.add(offset(
+                            b, bidx + [i, j], cstr), U.i64(0))), cdt, acc_dt)
+                        if s.beta != 1.0:
+                            cv = b.fmul(cv, ir.Constant(ct, s.beta))
+                        v = b.fadd(v, cv) if acc_dt.is_float else b.add(v, cv)
+                    S.store(b, s.out_dt, S.convert(b, v, acc_dt, s.out_dt), out, b.add(obase, j))
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * nptr + "ll", build, rows)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vtakit.compiler.backend.cpu.gemm_int8 import gemm_int8
+from vtakit.compiler.backend.cpu.kernels.gemm import gemm_int8
 
 RNG = np.random.default_rng(0)
 

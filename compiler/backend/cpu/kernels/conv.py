@@ -1,0 +1,632 @@
+"""Convolution as LLVM IR: the float32 2-D kernels (im2col + packed GEMM, the depthwise window
+kernel) and the generic N-d / integer / quantised convolution.
+
+``groups == 1``: the output of one image is ``Y[Cout, OH*OW] = W[Cout, Cin*KH*KW] @ col``, with the
+weights pre-packed once as the GEMM's ``A`` (``MR``-row panels) and ``col`` built at run time by
+an IR kernel that writes the ``NR``-pixel panels of ``B`` directly (no separate im2col matrix).
+Bias is per output channel (a row of ``Y``), fused with ReLU / clip in the GEMM epilogue.
+Threads split the pixel panels: each thread packs its panels and multiplies them, no barrier.
+When the pixels or channels are not whole panels, the GEMM writes a padded buffer and a copy-out
+(`panel_copy` in the lowering) keeps the valid part, with the epilogue the GEMM did not fuse.
+
+``groups == Cin == Cout`` (depthwise): the row-vectorised window kernel (`window_module`, which
+``pool.py`` reuses for 2-D max pooling). Other group counts run one GEMM per group.
+
+Every loop-nest parameter of a layer (shape, stride, padding, dilation) is a compile-time constant
+of its im2col / depthwise kernel, compiled once per distinct layer shape.
+
+The generic convolution (`ConvSpec`, `conv`): a direct loop nest (a `loops.Kernel`) for every
+other Conv / ConvTranspose of the lowering: N-d, any float dtype, any groups, and the integer and
+quantised forms (ConvInteger, QLinearConv) with zero points and requantisation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+import numpy as np
+
+from vtakit.runtime.cpu.llvm import CACHE
+from vtakit.runtime.cpu.parallel import run_parallel, split_range
+
+from ....ir.dtypes import DType
+from . import gemm as G
+from . import irutil as U
+from . import scalar as S
+from .elementwise import Instr
+from .loops import Kernel, contiguous_strides, entry_alloca, kernel_function, nest, offset
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Shape of one convolution on one image (channels of one group)."""
+
+    c: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+
+    @property
+    def oh(self) -> int:
+        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+
+
+def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
+    """im2col_pack(x, dst, jp0, jp1): dst[jp, k, c] = x[ci, ih, iw] for pixel jp*nr + c and
+    k = (ci, kh, kw).
+
+    A panel's pixels split into segments that lie in one output row; for each segment and tap
+    (kh, kw) the in-bounds columns are a strided copy along the input row, the rest zero. The
+    bounds are computed once per (segment, tap) and reused over all input channels.
+    """
+    m = ir.Module(name=f"im2col_{g.c}x{g.h}x{g.w}_k{g.kh}x{g.kw}_s{g.sh}x{g.sw}_p{g.ph}x{g.pw}"
+                       f"_d{g.dh}x{g.dw}_nr{nr}")
+    _, b = U.new_function(m, "im2col_pack", [("x", U.PTR), ("dst", U.PTR), ("jp0", U.I64),
+                                              ("jp1", U.I64)])
+    x, dst, jp0, jp1 = b.function.args
+    ow, npix = g.ow, g.oh * g.ow
+    ktot, khw, hw = g.c * g.kh * g.kw, g.kh * g.kw, g.h * g.w
+    zero = U.f32(0.0)
+    with U.loop(b, jp0, jp1, 1, "jp") as jp:
+        p0 = b.mul(jp, U.i64(nr))
+        base = b.mul(jp, U.i64(ktot * nr))
+        valid = U.imin(b, U.i64(nr), b.sub(U.i64(npix), p0))  # pixels in this panel
+        # columns past the last pixel: zero in every row
+        with U.loop(b, 0, U.i64(ktot), 1, "zk") as k:
+            with U.loop(b, valid, U.i64(nr), 1, "zc") as c:
+                U.store(b, U.F32, zero, dst, b.add(base, b.add(b.mul(k, U.i64(nr)), c)))
+        # segments: c0 = first panel column, oh, ow0, seg_len; loop while c0 < valid
+        pre = b.block
+        fn = pre.function
+        head, body, done = (fn.append_basic_block(n) for n in ("seg.head", "seg.body", "seg.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        c0 = b.phi(U.I64, "c0")
+        c0.add_incoming(U.i64(0), pre)
+        b.cbranch(b.icmp_signed("<", c0, valid), body, done)
+        b.position_at_end(body)
+        p = b.add(p0, c0)
+        o_h = b.sdiv(p, U.i64(ow))
+        ow0 = b.srem(p, U.i64(ow))
+        seg_len = U.imin(b, b.sub(U.i64(ow), ow0), b.sub(valid, c0))
+        ow1 = b.add(ow0, seg_len)
+        def taps(khv: ir.Value, label: str) -> None:
+            ih = b.add(b.mul(o_h, U.i64(g.sh)), b.sub(b.mul(khv, U.i64(g.dh)), U.i64(g.ph)))
+            row_ok = b.icmp_unsigned("<", ih, U.i64(g.h))
+            for kw in range(g.kw):
+                off = kw * g.dw - g.pw  # iw = ow*sw + off
+                lo_c = 0 if off >= 0 else (-off + g.sw - 1) // g.sw
+                hi_c = max(0, min(ow, (g.w - 1 - off) // g.sw + 1)) if g.w - 1 - off >= 0 else 0
+                lo_c = min(lo_c, hi_c)
+                # copy ow in [lo, hi), zero [ow0, lo) and [hi, ow1); all of it when row is out
+                lo = U.imin(b, U.imax(b, ow0, U.i64(lo_c)), ow1)
+                hi = U.imax(b, U.imin(b, ow1, U.i64(hi_c)), lo)
+                lo = b.select(row_ok, lo, ow1)
+                hi = b.select(row_ok, hi, ow1)
+                src0 = b.add(b.mul(ih, U.i64(g.w)), U.i64(off))
+                # dst column of pixel ow: c0 + (ow - ow0)
+                dshift = b.sub(c0, ow0)
+                with U.loop(b, 0, U.i64(g.c), 1, f"ci{label}_{kw}") as ci:
+                    tap = b.add(b.mul(khv, U.i64(g.kw)), U.i64(kw))
+                    drow = b.add(base, b.mul(b.add(b.mul(ci, U.i64(khw)), tap), U.i64(nr)))
+                    drow = b.add(drow, dshift)
+                    srow = b.add(b.mul(ci, U.i64(hw)), src0)
+                    with U.loop(b, ow0, lo, 1, "zl") as o:
+                        U.store(b, U.F32, zero, dst, b.add(drow, o))
+                    with U.loop(b, lo, hi, 1, "cp") as o:
+                        v = U.load(b, U.F32, x, b.add(srow, b.mul(o, U.i64(g.sw))))
+                        U.store(b, U.F32, v, dst, b.add(drow, o))
+                    with U.loop(b, hi, ow1, 1, "zr") as o:
+                        U.store(b, U.F32, zero, dst, b.add(drow, o))
+
+        # Large kernels (a 7x7 stem) loop over kh at run time: unrolling all kh*kw taps makes
+        # the optimiser take tens of seconds on that one module.
+        if g.kh * g.kw > 9:
+            with U.loop(b, 0, U.i64(g.kh), 1, "kh") as kh_iv:
+                taps(kh_iv, "r")
+        else:
+            for kh in range(g.kh):
+                taps(U.i64(kh), str(kh))
+        c0.add_incoming(b.add(c0, seg_len), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+    b.ret_void()
+    return m
+
+
+def _im2col_fn(g: ConvGeom, nr: int):
+    jm = CACHE.get(("im2col", g, nr), lambda: _im2col_module(g, nr))
+    return jm.cfunc("im2col_pack", None, G._P, G._P, G._L, G._L)
+
+
+class Conv2d:
+    """A float32 NCHW convolution with constant weights, prepared (packed, compiled) once.
+
+    Parameters
+    ----------
+    weight : (Cout, Cin/groups, KH, KW) float32
+    bias : optional (Cout,) float32
+    stride, padding, dilation : int or (h, w); padding is symmetric
+    groups : 1, Cin (depthwise, with Cout == Cin) or any divisor of Cin and Cout
+    act : None, 'relu' or 'clip' (with ``clip=(lo, hi)``), fused after the bias
+    """
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None = None,
+                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
+                 dilation: int | tuple[int, int] = 1, groups: int = 1, act: str | None = None,
+                 clip: tuple[float, float] | None = None,
+                 cfg: G.GemmConfig | None = None) -> None:
+        G.check_array(weight, "Conv2d: weight", 4)
+        cout, cin_g, kh, kw = weight.shape
+        if not isinstance(groups, int) or groups < 1 or cout % groups:
+            raise ValueError(f"Conv2d: groups={groups!r} must be a positive divisor of "
+                             f"Cout={cout}")
+        if bias is not None:
+            G.check_array(bias, "Conv2d: bias", 1)
+            if bias.shape != (cout,):
+                raise ValueError(f"Conv2d: bias has shape {bias.shape}, expected ({cout},)")
+        self.stride = U.pair(stride, "Conv2d", "stride")
+        self.padding = U.pair(padding, "Conv2d", "padding")
+        self.dilation = U.pair(dilation, "Conv2d", "dilation")
+        if min(self.stride) < 1 or min(self.dilation) < 1 or min(self.padding) < 0:
+            raise ValueError(f"Conv2d: stride={self.stride} and dilation={self.dilation} must be "
+                             f">= 1 and padding={self.padding} >= 0")
+        self.act, self.lo, self.hi = G._check_act(act, clip)
+        self.weight, self.groups = weight, groups
+        self.cout, self.cin = cout, cin_g * groups
+        self.kh, self.kw = kh, kw
+        self.bias = (np.ascontiguousarray(bias) if bias is not None
+                     else np.zeros(cout, np.float32))
+        self.depthwise = groups > 1 and cin_g == 1 and cout == groups
+        self.cfg = cfg
+        self._packed: dict[G.GemmConfig, tuple[list[G.PackedA], np.ndarray]] = {}
+
+    def geom(self, h: int, w: int) -> ConvGeom:
+        cin_g = self.cin // self.groups
+        return ConvGeom(cin_g, h, w, self.kh, self.kw, *self.stride, *self.padding,
+                        *self.dilation)
+
+    def output_shape(self, x_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+        n, _, h, w = x_shape
+        g = self.geom(h, w)
+        return n, self.cout, g.oh, g.ow
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None,
+                 threads: int = 1) -> np.ndarray:
+        G.check_array(x, "Conv2d: x", 4)
+        n, c, h, w = x.shape
+        if c != self.cin:
+            raise ValueError(f"Conv2d: x has {c} channels (shape {x.shape}), expected "
+                             f"{self.cin} (weight shape {self.weight.shape}, groups={self.groups})")
+        g = self.geom(h, w)
+        if g.oh < 1 or g.ow < 1:
+            raise ValueError(f"Conv2d: input {h}x{w} is smaller than the dilated kernel "
+                             f"{self.kh}x{self.kw} with padding {self.padding}")
+        shape = (n, self.cout, g.oh, g.ow)
+        if out is None:
+            out = np.empty(shape, np.float32)
+        else:
+            G.check_array(out, "Conv2d: out", 4)
+            if out.shape != shape:
+                raise ValueError(f"Conv2d: out has shape {out.shape}, expected {shape}")
+        if threads < 1:
+            raise ValueError(f"Conv2d: threads={threads}, expected >= 1")
+        if self.depthwise:
+            self._depthwise(x, out, g, threads)
+        else:
+            self._gemm(x, out, g, threads)
+        return out
+
+    def _depthwise(self, x: np.ndarray, out: np.ndarray, g: ConvGeom, threads: int) -> None:
+        geom = ConvGeom(1, *dataclass_fields(g)[1:])
+        jm = CACHE.get(("dw", geom, self.act), lambda: depthwise_module(geom, str(self.act)))
+        fn = jm.cfunc("depthwise", None, G._P, G._P, G._P, G._P, G._L, G._L, G._F, G._F)
+        wp, bp = self.weight.ctypes.data, self.bias.ctypes.data
+        tasks = []
+        for i in range(x.shape[0]):
+            xp, yp = x[i].ctypes.data, out[i].ctypes.data
+            tasks += [lambda xp=xp, yp=yp, lo=lo, hi=hi: fn(xp, wp, bp, yp, lo, hi, self.lo,
+                                                               self.hi)
+                      for lo, hi in split_range(self.cout, threads)]
+        run_parallel(tasks) if threads > 1 else [t() for t in tasks]
+
+    def _prepared(self, cfg: G.GemmConfig) -> tuple[list[G.PackedA], np.ndarray]:
+        """Weights packed as ``MR``-row panels per group, and the bias padded to whole panels."""
+        got = self._packed.get(cfg)
+        if got is None:
+            cg = self.cout // self.groups
+            packed = [G.pack_a(np.ascontiguousarray(
+                self.weight[i * cg:(i + 1) * cg].reshape(cg, -1)), cfg)
+                for i in range(self.groups)]
+            bias = np.zeros((self.groups, packed[0].panels * cfg.mr), np.float32)
+            bias[:, :cg] = self.bias.reshape(self.groups, cg)
+            got = self._packed[cfg] = (packed, bias)
+        return got
+
+    def _gemm(self, x: np.ndarray, out: np.ndarray, g: ConvGeom, threads: int) -> None:
+        npix = g.oh * g.ow
+        cfg = self.cfg or G.choose_config(npix)
+        packed, bias = self._prepared(cfg)
+        panels = -(-npix // cfg.nr)
+        im2col = _im2col_fn(g, cfg.nr)
+        k = g.c * g.kh * g.kw
+        macro = G.kernels(cfg, "row", self.act).cfunc("gemm_packed", None, *G.MACRO_ARGS)
+        cg = self.cout // self.groups
+        mpad, npad = packed[0].panels * cfg.mr, panels * cfg.nr
+        # Partial tiles would go through the micro-kernel's slow edge path on every K block;
+        # instead compute whole tiles into a padded buffer and copy the valid part out once.
+        padded = (mpad, npad) != (cg, npix)
+        ybuf = np.empty((mpad, npad), np.float32) if padded else None
+        copy = _copy2d_fn() if padded else None
+        col = np.empty((panels, k, cfg.nr), np.float32)  # reused by every image and group
+        hw = g.h * g.w
+        for i in range(x.shape[0]):
+            for grp in range(self.groups):
+                pa = packed[grp]
+                xp = x.ctypes.data + 4 * (i * self.cin + grp * g.c) * hw
+                yp = out.ctypes.data + 4 * (i * self.cout + grp * cg) * npix
+                bp = bias[grp].ctypes.data
+
+                def part(lo: int, hi: int, xp: int = xp, yp: int = yp, bp: int = bp,
+                         pa: G.PackedA = pa) -> None:
+                    im2col(xp, col.ctypes.data, lo, hi)
+                    if ybuf is None:
+                        macro(pa.data.ctypes.data, col.ctypes.data, yp, bp, cg, npix, k, npix,
+                              0, pa.panels, lo, hi, self.lo, self.hi)
+                    else:
+                        macro(pa.data.ctypes.data, col.ctypes.data, ybuf.ctypes.data, bp, mpad,
+                              npad, k, npad, 0, pa.panels, lo, hi, self.lo, self.hi)
+                        c0, c1 = lo * cfg.nr, min(hi * cfg.nr, npix)
+                        assert copy is not None
+                        copy(ybuf.ctypes.data + 4 * c0, yp + 4 * c0, cg, c1 - c0, npad, npix)
+
+                run_parallel([lambda lo=lo, hi=hi: part(lo, hi)
+                              for lo, hi in split_range(panels, threads)])
+
+
+def _copy2d_module() -> ir.Module:
+    m = ir.Module(name="copy2d")
+    _, b = U.new_function(m, "copy2d", [("src", U.PTR), ("dst", U.PTR), ("rows", U.I64),
+                                         ("cols", U.I64), ("lds", U.I64), ("ldd", U.I64)])
+    src, dst, rows, cols, lds, ldd = b.function.args
+    with U.loop(b, 0, rows, 1, "r") as r:
+        with U.loop(b, 0, cols, 1, "c") as c:
+            v = U.load(b, U.F32, src, b.add(b.mul(r, lds), c))
+            U.store(b, U.F32, v, dst, b.add(b.mul(r, ldd), c))
+    b.ret_void()
+    return m
+
+
+def _copy2d_fn():
+    return CACHE.get(("copy2d",), _copy2d_module).cfunc("copy2d", None, G._P, G._P, G._L, G._L,
+                                                         G._L, G._L)
+
+
+def dataclass_fields(g: ConvGeom) -> tuple[int, ...]:
+    return (g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
+
+
+def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
+           stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
+           dilation: int | tuple[int, int] = 1, groups: int = 1, act: str | None = None,
+           clip: tuple[float, float] | None = None, threads: int = 1) -> np.ndarray:
+    """One-shot convolution (packs the weights on every call; prefer `Conv2d` for reuse)."""
+    return Conv2d(weight, bias, stride, padding, dilation, groups, act, clip)(x, threads=threads)
+
+
+# -- the window kernel: depthwise convolution (and 2-D max pooling) -------------------------------
+
+VW = 16
+UNROLL_CHUNKS = 16
+
+
+def _masked_load(b: ir.IRBuilder, ptr: ir.Value, mask: ir.Value, n: int,
+                 fill: float = 0.0) -> ir.Value:
+    """`n` floats from `ptr`; masked-off lanes are not read and hold `fill`."""
+    vt = U.vec(U.F32, n)
+    fn = U.intrinsic(b.module, f"llvm.masked.load.v{n}f32.p0", vt,
+                     [U.PTR, U.I32, U.vec(U.I1, n), vt])
+    return b.call(fn, [ptr, ir.Constant(U.I32, 4), mask, ir.Constant(vt, [fill] * n)])
+
+
+def _masked_store(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, mask: ir.Value) -> None:
+    n = v.type.count
+    fn = U.intrinsic(b.module, f"llvm.masked.store.v{n}f32.p0", U.VOID,
+                     [v.type, U.PTR, U.I32, U.vec(U.I1, n)])
+    b.call(fn, [v, ptr, ir.Constant(U.I32, 4), mask])
+
+
+def _lanes(n: int, f) -> ir.Constant:  # type: ignore[no-untyped-def]
+    return ir.Constant(U.vec(U.I64, n), [f(lane) for lane in range(n)])
+
+
+def depthwise_module(g: ConvGeom, act: str) -> ir.Module:
+    """``depthwise(x, w, bias, y, c0, c1, lo, hi)`` for geometry `g` (a `ConvGeom` of one
+    channel's image) and activation `act` ('none', 'relu' or 'clip')."""
+    return window_module(g, "depthwise", act)
+
+
+def window_module(g: object, kind: str, act: str) -> ir.Module:
+    """The sliding-window kernel vectorised along output rows, float32 NCHW: `kind` ``"depthwise"``
+    (one 2-d filter per channel, `g` a `ConvGeom`) or ``"max"`` (2-d max pooling, `g` a
+    `pool.PoolGeom`).
+
+    ``depthwise(x, w, bias, y, c0, c1, lo, hi)`` computes channels [c0, c1) of one image. Each
+    output row is cut into chunks of `VW` columns; a chunk's accumulator is one vector, and each tap
+    (i, j) adds ``w[i, j] * x[ih, c*sw + j*dw - pw]`` for the chunk's columns c. The inputs of a tap
+    come from one masked load of ``VW * sw`` consecutive floats of the input row, of which every
+    ``sw``-th is kept (a shuffle). Lanes left of column 0 or right of the last column are masked off
+    and read as zero, which is the padding (an interior chunk's mask is all ones: a plain load), so
+    the border needs no scalar code, and a stride of 2 costs a shuffle instead of a gather. A tap
+    whose input row is outside the image reads a clamped row with a zero weight. Rows of fewer than
+    `VW` columns (14x14 and 7x7 maps) use a partial mask. The bias starts the accumulator; ReLU or
+    clip (lo, hi) runs before the one store per chunk.
+
+    Max pooling is the same walk with ``max`` for the multiply-add: masked-off lanes and rows
+    outside the image read as -inf, the accumulator starts at -inf.
+
+    The chunks of a row are unrolled (their masks are then constants) up to `UNROLL_CHUNKS`, beyond
+    which a loop computes them.
+    """
+    h, w, kh, kw = g.h, g.w, g.kh, g.kw  # type: ignore[attr-defined]
+    sh, sw, ph, pw = g.sh, g.sw, g.ph, g.pw  # type: ignore[attr-defined]
+    dh, dw = getattr(g, "dh", 1), getattr(g, "dw", 1)
+    oh, ow = g.oh, g.ow  # type: ignore[attr-defined]
+    n = VW * sw  # lanes loaded per tap
+    chunks = -(-ow // VW)
+    m = ir.Module(name=f"{kind}_{h}x{w}_k{kh}x{kw}_s{sh}x{sw}_p{ph}x{pw}_d{dh}x{dw}_{act}")
+    vt = U.vec(U.F32, VW)
+    if kind == "depthwise":
+        fn, b = U.new_function(m, "depthwise", [
+            ("x", U.PTR), ("w", U.PTR), ("bias", U.PTR), ("y", U.PTR), ("c0", U.I64),
+            ("c1", U.I64), ("lo", U.F32), ("hi", U.F32)])
+        x, wp, bias, y, c0, c1, lo, hi = fn.args
+        fill = 0.0
+    else:
+        fn, b = U.new_function(m, "pool", [("x", U.PTR), ("y", U.PTR), ("c0", U.I64),
+                                            ("c1", U.I64)])
+        x, y, c0, c1 = fn.args
+        fill = float("-inf")
+    zero = ir.Constant(vt, [0.0] * VW)
+    keep = ir.Constant(U.vec(U.I32, VW), [sw * lane for lane in range(VW)])
+    lane_col = _lanes(n, lambda lane: lane)  # input column offset of each loaded lane
+    lane_out = _lanes(n, lambda lane: lane // sw)  # output column offset it belongs to
+    out_lane = _lanes(VW, lambda lane: lane)
+
+    with U.loop(b, c0, c1, 1, "ch") as ch:
+        if kind == "depthwise":
+            start = U.splat(b, U.load(b, U.F32, bias, ch), VW)
+            taps = [[U.load(b, U.F32, wp, b.add(b.mul(ch, U.i64(kh * kw)),
+                                                 U.i64(i * kw + j)))
+                     for j in range(kw)] for i in range(kh)]
+        else:
+            start = ir.Constant(vt, [fill] * VW)
+        xc = b.mul(ch, U.i64(h * w))
+        yc = b.mul(ch, U.i64(oh * ow))
+        with U.loop(b, 0, U.i64(oh), 1, "oh") as o_h:
+            rows, weights, row_ok = [], [], []
+            for i in range(kh):
+                ih = b.add(b.mul(o_h, U.i64(sh)), U.i64(i * dh - ph))
+                ok = b.icmp_unsigned("<", ih, U.i64(h))
+                ihc = U.imin(b, U.imax(b, ih, U.i64(0)), U.i64(h - 1))
+                rows.append(b.add(xc, b.mul(ihc, U.i64(w))))
+                if kind == "depthwise":  # a row outside: a clamped row with a zero weight
+                    weights.append([U.splat(b, b.select(ok, taps[i][j], U.f32(0.0)), VW)
+                                    for j in range(kw)])
+                else:  # a row outside: no lane read
+                    row_ok.append(U.splat(b, ok, n))
+            yrow = b.add(yc, b.mul(o_h, U.i64(ow)))
+
+            def chunk(q0: ir.Value) -> None:
+                """Output columns [q0, q0 + VW) of this row (q0 a multiple of VW)."""
+                acc = start
+                out_ok = b.icmp_signed("<", b.add(U.splat(b, q0, n), lane_out),
+                                       _lanes(n, lambda _: ow))
+                for j in range(kw):
+                    col0 = b.add(b.mul(q0, U.i64(sw)), U.i64(j * dw - pw))
+                    col = b.add(U.splat(b, col0, n), lane_col)
+                    mask = b.and_(out_ok, b.and_(
+                        b.icmp_signed(">=", col, _lanes(n, lambda _: 0)),
+                        b.icmp_signed("<", col, _lanes(n, lambda _: w))))
+                    for i in range(kh):
+                        ptr = b.gep(x, [b.add(rows[i], col0)], source_etype=U.F32)
+                        lane_mask = mask if kind == "depthwise" else b.and_(mask, row_ok[i])
+                        v = _masked_load(b, ptr, lane_mask, n, fill)
+                        if sw > 1:
+                            v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
+                        acc = U.fma(b, weights[i][j], v, acc) if kind == "depthwise" \
+                            else U.fmax(b, acc, v)
+                if act == "relu":
+                    acc = U.fmax(b, acc, zero)
+                elif act == "clip":
+                    acc = U.fmin(b, U.fmax(b, acc, U.splat(b, lo, VW)), U.splat(b, hi, VW))
+                store_ok = b.icmp_signed("<", b.add(U.splat(b, q0, VW), out_lane),
+                                         _lanes(VW, lambda _: ow))
+                _masked_store(b, acc, b.gep(y, [b.add(yrow, q0)], source_etype=U.F32),
+                              store_ok)
+
+            if chunks <= UNROLL_CHUNKS:
+                for q in range(chunks):
+                    chunk(U.i64(q * VW))
+            else:
+                with U.loop(b, 0, U.i64(ow), VW, "q") as q0:
+                    chunk(q0)
+    b.ret_void()
+    return m
+
+
+# -- the copy-out of a padded im2col GEMM, for the lowering ---------------------------------------
+
+def panel_copy(rows: int, ld_src: int, ncols: int, nr: int,
+               program: tuple[Instr, ...] = ()) -> Kernel:
+    """dst[r, c] = f(src[r, c] [, res[r, c]]) for the columns c of panels [lo, hi) (nr columns
+    each, < ncols): the valid part of a GEMM computed into a padded buffer. `program` (an
+    elementwise program over value 0 = the GEMM result and, when it names value 1, the
+    residual in dst's layout) fuses the epilogue the GEMM kernel does not do (a residual add,
+    an activation) into this copy; empty: a plain copy."""
+    key = ("panel_copy", rows, ld_src, ncols, nr, program)
+    nres = 1 if any(1 in srcs for _, srcs, _, _ in program) else 0
+    f32 = DType.FLOAT32
+
+    def build() -> ir.Module:
+        m, b, args = kernel_function(key, 2 + nres)
+        dst, src, lo, hi = args[0], args[1], args[-2], args[-1]
+        c0 = b.mul(lo, U.i64(nr))
+        c1 = U.imin(b, b.mul(hi, U.i64(nr)), U.i64(ncols))
+        with U.loop(b, 0, U.i64(rows), 1, "r") as r:
+            with U.loop(b, c0, c1, 1, "c") as c:
+                di = b.add(b.mul(r, U.i64(ncols)), c)
+                vals = [U.load(b, U.F32, src, b.add(b.mul(r, U.i64(ld_src)), c))]
+                if nres:
+                    vals.append(U.load(b, U.F32, args[2], di))
+                for op, srcs, params, dt in program:
+                    args_ = [vals[i] for i in srcs]
+                    vals.append(S.emit(b, op, args_, [f32] * len(args_), dt, params))
+                U.store(b, U.F32, vals[-1], dst, di)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "pp" + "p" * nres + "ll", build, -(-ncols // nr))
+
+
+# -- generic: every dtype, for the lowering -------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """A direct N-d convolution (cross-correlation) of x (N, C, *in) with w (M, C/G, *kernel),
+    optional bias (M,), optional zero points (x: scalar; w: per output channel) and an
+    optional requantisation (QLinearConv)."""
+
+    x_dt: DType
+    w_dt: DType
+    out_dt: DType
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+    group: int
+    bias_dt: DType | None = None
+    zero_points: tuple[DType, DType, int] | None = None  # x zp dtype, w zp dtype, w zp stride
+    requant: tuple[int, int] | None = None  # (xs stride 0, ws stride per channel)
+    transposed: bool = False  # ConvTranspose: w is (C, M/G, *kernel), x scattered by strides
+
+
+def conv(spec: ConvSpec) -> Kernel:
+    """Split over (n, m) planes: operands x, w, [bias], [xzp, wzp], [xs, ws, ys, yzp]."""
+    key = ("conv", spec)
+    s = spec
+    nsp = len(s.x_shape) - 2
+    n, c = s.x_shape[:2]
+    mch = s.out_shape[1]
+    cg, mg = c // s.group, mch // s.group
+    ksz = s.w_shape[2:]
+    ins, outs = s.x_shape[2:], s.out_shape[2:]
+    nptr = 3 + (1 if s.bias_dt else 0) + (2 if s.zero_points else 0) + (4 if s.requant else 0)
+    if s.zero_points or s.requant:
+        acc_dt = DType.INT64 if s.requant else DType.INT32
+    else:
+        acc_dt = DType.FLOAT32 if s.out_dt is DType.FLOAT16 else s.out_dt
+
+    def build() -> ir.Module:
+        m, b, args = kernel_function(key, nptr)
+        out, px, pw = args[0], args[1], args[2]
+        rest = list(args[3:-2])
+        pbias = rest.pop(0) if s.bias_dt else None
+        pxz = rest.pop(0) if s.zero_points else None
+        pwz = rest.pop(0) if s.zero_points else None
+        lo, hi = args[-2], args[-1]
+        ct = S.compute(acc_dt)
+        acc = entry_alloca(b, ct)
+        with U.loop(b, lo, hi, 1, "plane") as plane:
+            bn = b.udiv(plane, U.i64(mch))
+            mo = b.urem(plane, U.i64(mch))
+            g = b.udiv(mo, U.i64(mg))
+            xz = wz = None
+            if pxz is not None:
+                assert s.zero_points is not None
+                xz = S.convert(b, S.load(b, s.zero_points[0], pxz, U.i64(0)), s.zero_points[0],
+                               acc_dt)
+                wz = S.convert(b, S.load(b, s.zero_points[1], pwz, b.mul(
+                    mo, U.i64(s.zero_points[2]))), s.zero_points[1], acc_dt)
+            with nest(b, outs, name="o") as ovs:
+                b.store(ir.Constant(ct, 0.0 if acc_dt.is_float else 0), acc)
+                with U.loop(b, 0, U.i64(cg), 1, "ci") as ci:
+                    ch = b.add(b.mul(g, U.i64(cg)), ci)
+                    xbase = b.mul(b.add(b.mul(bn, U.i64(c)), ch), U.i64(math.prod(ins)))
+                    if s.transposed:  # w[ch, mo % mg, *k]
+                        wrow = b.add(b.mul(ch, U.i64(mg)), b.urem(mo, U.i64(mg)))
+                    else:
+                        wrow = b.add(b.mul(mo, U.i64(cg)), ci)
+                    wbase = b.mul(wrow, U.i64(math.prod(ksz)))
+                    with nest(b, ksz, name="k") as kvs:
+                        ok: ir.Value = ir.Constant(U.I1, 1)
+                        xi: ir.Value = xbase
+                        xst = contiguous_strides(ins)
+                        for d in range(nsp):
+                            if s.transposed:  # o = i * stride + k * dilation - pad
+                                t = b.sub(b.add(ovs[d], U.i64(s.pads[d])),
+                                          b.mul(kvs[d], U.i64(s.dilations[d])))
+                                st_ = U.i64(s.strides[d])
+                                ok = b.and_(ok, b.icmp_signed(">=", t, U.i64(0)))
+                                ok = b.and_(ok, b.icmp_signed("==", b.srem(t, st_), U.i64(0)))
+                                p = b.sdiv(t, st_)
+                            else:
+                                p = b.add(b.mul(ovs[d], U.i64(s.strides[d])),
+                                          U.i64(-s.pads[d]))
+                                p = b.add(p, b.mul(kvs[d], U.i64(s.dilations[d])))
+                            ok = b.and_(ok, b.icmp_unsigned("<", p, U.i64(ins[d])))
+                            xi = b.add(xi, b.mul(p, U.i64(xst[d])))
+                        with b.if_then(ok):
+                            xv = S.convert(b, S.load(b, s.x_dt, px, xi), s.x_dt, acc_dt)
+                            wv = S.convert(b, S.load(b, s.w_dt, pw, b.add(
+                                wbase, offset(b, kvs, contiguous_strides(ksz)))), s.w_dt,
+                                acc_dt)
+                            if xz is not None:
+                                xv, wv = b.sub(xv, xz), b.sub(wv, wz)
+                            cur = b.load(acc)
+                            b.store(b.fadd(cur, b.fmul(xv, wv), flags=("contract",))
+                                    if acc_dt.is_float else b.add(cur, b.mul(xv, wv)), acc)
+                v = b.load(acc)
+                if pbias is not None:
+                    assert s.bias_dt is not None
+                    bv = S.convert(b, S.load(b, s.bias_dt, pbias, mo), s.bias_dt, acc_dt)
+                    v = b.fadd(v, bv) if acc_dt.is_float else b.add(v, bv)
+                oi = b.add(b.mul(plane, U.i64(math.prod(outs))),
+                           offset(b, ovs, contiguous_strides(outs)))
+                if s.requant:
+                    assert s.requant is not None
+                    xs, ws, ys, yzp = args[3 + (1 if s.bias_dt else 0) + 2:-2]
+                    f32 = DType.FLOAT32
+                    sc = b.fdiv(b.fmul(S.load(b, f32, xs, U.i64(0)),
+                                       S.load(b, f32, ws, b.mul(mo, U.i64(s.requant[1])))),
+                                S.load(b, f32, ys, U.i64(0)))
+                    y = b.fmul(S.convert(b, v, acc_dt, DType.FLOAT64),
+                               S.convert(b, sc, f32, DType.FLOAT64))
+                    y = b.fadd(y, S.convert(b, S.load(b, s.out_dt, yzp, U.i64(0)), s.out_dt,
+                                            DType.FLOAT64))
+                    info = np.iinfo(s.out_dt.np)
+                    y = S.intrinsic(b, "roundeven", y)
+                    y = S.fmin_nan(b, S.fmax_nan(b, y, ir.Constant(S.F64, float(info.min))),
+                                   ir.Constant(S.F64, float(info.max)))
+                    S.store(b, s.out_dt, S.convert(b, y, DType.FLOAT64, s.out_dt), out, oi)
+                else:
+                    S.store(b, s.out_dt, S.convert(b, v, acc_dt, s.out_dt), out, oi)
+        b.ret_void()
+        return m
+
+    return Kernel(key, "kernel", "p" * nptr + "ll", build, n * mch)
