@@ -1,6 +1,7 @@
 """ONNX → graph IR.
 
-`import_onnx` accepts ONNX models of the default domain, opset 13 and newer, with static shapes
+`import_onnx` accepts ONNX models of the default domain, opset 13 and newer (opsets 7 to 12 are
+converted to 13 first, see `upgrade_opset`), with static shapes
 (a symbolic leading dimension of an input is fixed to `batch_size`). Operands that decide an
 output shape (Reshape's shape, Slice's starts, Pad's pads, Clip's bounds...) must be constant at
 import time: initializers, Constant nodes, or subgraphs of them such as Shape → Gather → Concat,
@@ -27,8 +28,10 @@ from ..ir.infer import InferError, infer
 from ..ir.interpreter import evaluate
 from ..ir.ops import Node, Op, const
 from .functions import function_body, tensor_type
+from .upgrade_opset import OLDEST_OPSET, TARGET_OPSET, upgrade_opset, without_large_initializers
 
-MIN_OPSET = 13
+_LARGE_MODEL_BYTES = 2**30  # well below protobuf's 2 GiB limit on a serialised message
+MIN_OPSET = TARGET_OPSET  # read natively; OLDEST_OPSET up to this are converted to it first
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -36,21 +39,34 @@ def import_onnx(model: Any, *, batch_size: int = 1,
                 constant_inputs: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Import an ONNX model (a ModelProto, a file path, or serialised bytes) as a Graph.
 
-    batch_size replaces a symbolic leading dimension of the graph inputs. constant_inputs binds
-    graph inputs to values, which then become constants (a way to specialise a model whose
-    shape-deciding operands are inputs).
+    A path (str or os.PathLike) also loads the tensors stored as external data, from files
+    named relative to the model's folder. batch_size replaces a symbolic leading dimension of
+    the graph inputs. constant_inputs binds graph inputs to values, which then become constants
+    (a way to specialise a model whose shape-deciding operands are inputs).
     """
     import onnx
 
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     proto = _load(model)
+    # The checker serialises the model, which protobuf cannot do past 2 GB: a model with that
+    # much in weights (loaded from external data) is checked without its large initializers.
+    weight_bytes = sum(len(t.raw_data) for t in proto.graph.initializer)
+    checked = proto if weight_bytes < _LARGE_MODEL_BYTES else (
+        without_large_initializers(proto)[0])
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(checked)
     except Exception as e:  # noqa: BLE001 - the checker raises several unrelated types
         raise InvalidModelError(f"not a valid ONNX model: {e}") from None
     opset = _default_opset(proto)
-    return _Importer(proto, opset, batch_size, dict(constant_inputs or {})).run()
+    legacy_nearest: frozenset[str] = frozenset()
+    initializers: tuple[Any, ...] = ()
+    if opset < MIN_OPSET:
+        upgraded = upgrade_opset(proto, opset)
+        proto, opset = upgraded.model, MIN_OPSET
+        legacy_nearest, initializers = upgraded.legacy_nearest, upgraded.initializers
+    return _Importer(proto, opset, batch_size, dict(constant_inputs or {}), legacy_nearest,
+                     initializers).run()
 
 
 def _load(model: Any) -> Any:
@@ -58,6 +74,7 @@ def _load(model: Any) -> Any:
     from google.protobuf.message import DecodeError
 
     if isinstance(model, onnx.ModelProto):
+        _check_no_external_data(model)
         return model
     base_dir = None
     if isinstance(model, (str, os.PathLike)):
@@ -77,15 +94,55 @@ def _load(model: Any) -> Any:
     if not proto.HasField("graph"):
         raise InvalidModelError("not a valid ONNX model: it has no graph")
     if base_dir is not None:
-        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-
-        if any(uses_external_data(t) for t in proto.graph.initializer):
-            try:
-                load_external_data_for_model(proto, base_dir)
-            except Exception as e:  # noqa: BLE001 - OSError, or onnx's ValidationError
-                raise InvalidModelError(f"not a valid ONNX model: cannot load its external "
-                                        f"data: {e}") from None
+        _load_external_data(proto, base_dir)
+    else:
+        _check_no_external_data(proto)
     return proto
+
+
+def _check_no_external_data(proto: Any) -> None:
+    """A ModelProto or bytes has no folder to find external data in."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    external = _external_tensors(proto.graph)
+    if external:
+        t = external[0]
+        raise InvalidModelError(f"not a valid ONNX model: tensor '{t.name}' is stored in the "
+                                f"external data file '{ExternalDataInfo(t).location}', which is "
+                                f"not loaded; pass the model's path, or load it with "
+                                f"onnx.load(path) (load_external_data=True)")
+
+
+def _external_tensors(graph: Any) -> list[Any]:
+    """The tensors of graph (initializers, node attributes, subgraphs) stored as external data."""
+    from onnx import AttributeProto, TensorProto
+
+    found = [t for t in graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    for node in graph.node:
+        for a in node.attribute:
+            tensors = [a.t] if a.type == AttributeProto.TENSOR else list(a.tensors)
+            found += [t for t in tensors if t.data_location == TensorProto.EXTERNAL]
+            for sub in [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs):
+                found += _external_tensors(sub)
+    return found
+
+
+def _load_external_data(proto: Any, base_dir: str) -> None:
+    """Read the external data of proto's tensors from files relative to base_dir."""
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
+
+    for t in _external_tensors(proto.graph):
+        location = ExternalDataInfo(t).location
+        path = os.path.join(base_dir, location)
+        if not os.path.isfile(path):
+            raise InvalidModelError(f"not a valid ONNX model: tensor '{t.name}' is stored in the "
+                                    f"external data file '{location}', and {path} does not "
+                                    f"exist (external files are looked up next to the model)")
+        try:
+            load_external_data_for_tensor(t, base_dir)
+        except Exception as e:  # noqa: BLE001 - OSError, or onnx's ValidationError
+            raise InvalidModelError(f"not a valid ONNX model: cannot load tensor '{t.name}' from "
+                                    f"the external data file {path}: {e}") from None
 
 
 def _default_opset(proto: Any) -> int:
@@ -93,10 +150,10 @@ def _default_opset(proto: Any) -> int:
     if not versions:
         raise UnsupportedError("the model does not import the default ONNX domain ('' / "
                                "'ai.onnx'); only that domain is supported")
-    if versions[0] < MIN_OPSET:
+    if versions[0] < OLDEST_OPSET:
         raise UnsupportedError(f"the model uses opset {versions[0]} of the default domain; "
-                               f"supported: opset {MIN_OPSET} and newer (convert it with "
-                               f"onnx.version_converter.convert_version)")
+                               f"supported: opset {OLDEST_OPSET} to {MIN_OPSET - 1} (converted "
+                               f"to opset {MIN_OPSET} on import) and opset {MIN_OPSET} and newer")
     return versions[0]
 
 
@@ -172,8 +229,11 @@ Handler = Callable[[_Ctx], Sequence[Node]]
 
 class _Importer:
     def __init__(self, proto: Any, opset: int, batch_size: int,
-                 bound: dict[str, np.ndarray]) -> None:
+                 bound: dict[str, np.ndarray], legacy_nearest: frozenset[str] = frozenset(),
+                 initializers: Sequence[Any] = ()) -> None:
         self.proto, self.opset, self.batch_size, self.bound = proto, opset, batch_size, bound
+        # From upgrade_opset.Upgraded: initializers kept out of proto (graph inputs there).
+        self.legacy_nearest, self.initializers = legacy_nearest, initializers
         self.env: dict[str, Node] = {}
         self._folded: dict[int, np.ndarray | None] = {}
         self.inferred: dict[str, tuple[int, tuple[int, ...]]] = {}
@@ -182,7 +242,7 @@ class _Importer:
         from onnx import numpy_helper
 
         g = self.proto.graph
-        for init in g.initializer:
+        for init in [*g.initializer, *self.initializers]:
             dtype = DType.from_onnx(init.data_type)
             if dtype is None:
                 raise UnsupportedError(f"initializer '{init.name}': {_type_name(init.data_type)}"
@@ -245,8 +305,7 @@ class _Importer:
         value it can infer statically. Used to cross-check the IR's type rules."""
         import onnx
 
-        proto = onnx.ModelProto()
-        proto.CopyFrom(self.proto)
+        proto, _ = without_large_initializers(self.proto)  # over 2 GB, it cannot be serialised
         fixed = {n.name: n.shape for n in inputs}
         for vi in proto.graph.input:
             if vi.name in fixed:
@@ -874,8 +933,15 @@ def _resize(ctx: _Ctx) -> list[Node]:
         for i, a in enumerate(axes):
             full[a], full[x.rank + a] = given[i], given[len(axes) + i]
         roi = tuple(full)
+    nearest_mode = text.get("nearest_mode", "round_prefer_floor")
+    if ctx.proto.output[0] in ctx.imp.legacy_nearest and any(s < 1 for s in scales):
+        # A Resize-10 that downsamples rounds up (onnxruntime); one rounding for all axes.
+        if any(s > 1 for s in scales):
+            raise ctx.fail(f"scales {scales} both up- and downsample; for a nearest Resize of "
+                           f"opset 10 and older, supported: scales all >= 1 or all <= 1")
+        nearest_mode = "ceil"
     ra = o.ResizeAttrs(tuple(scales), text.get("mode", "nearest"), coordinate_mode,
-                       text.get("nearest_mode", "round_prefer_floor"),
+                       nearest_mode,
                        float(ctx.attr("cubic_coeff_a", -0.75)),
                        bool(ctx.attr("exclude_outside", 0)), roi,
                        float(ctx.attr("extrapolation_value", 0.0)))

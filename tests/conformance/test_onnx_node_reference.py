@@ -2,7 +2,8 @@
 reference interpreter. Every node test that is not excluded below must pass.
 
 Exclusions come in two kinds, both by test name:
-- computed from the test's model: opsets older than 13, operators of other domains, and element
+- computed from the test's model: opsets older than 7 (7 to 12 are converted to 13 on import),
+  operators of other domains, and element
   types or value kinds the IR does not have (strings, bfloat16, float8/float4, 2- and 4-bit ints,
   sequences, optionals). These are outside the frontend's contract by design.
 - listed: operators out of scope (training, randomness, control flow, signal/image processing,
@@ -37,8 +38,10 @@ OUT_OF_SCOPE = {
     "control flow (If, Loop, Scan in the expanded function bodies)": [
         r"^test_affine_grid_.*_expanded", r"^test_linear_attention_.*_expanded",
         r"^test_range_.*_expanded", r"^test_optional_",
+        r"^test_if_cpu$", r"^test_loop\d+_", r"^test_scan\d*_",
     ],
-    "output shape depends on values": [r"^test_(nonzero|unique|compress)_"],
+    "output shape depends on values": [r"^test_(nonzero|unique|compress|nonmaxsuppression)_"],
+    "text processing": [r"^test_tfidfvectorizer_"],
     "recurrent layers": [r"^test_(gru|lstm|rnn|simple_rnn)_"],
     "bit reinterpretation": [r"^test_bitcast_"],
     "blocked quantisation": [r"^test_(de)?quantizelinear_blocked"],
@@ -50,6 +53,7 @@ NOT_IMPLEMENTED = {
     "Resize with antialias=1": [r"^test_resize_.*_antialias"],
     "other operators": [
         r"^test_roialign_", r"^test_(basic_)?deform_conv_", r"^test_tensorscatter",
+        r"^test_shrink_",
         _op("linear_attention_"),  # its function body needs Scan
     ],
 }
@@ -61,8 +65,8 @@ def _outside_contract(model: onnx.ModelProto) -> str | None:
     version = versions.get("", versions.get("ai.onnx"))
     if version is None:
         return "no opset of the default domain (training or ML operators)"
-    if version < 13:
-        return f"opset {version} < 13"
+    if version < 7:
+        return f"opset {version} < 7"
     if any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
         return "operator outside the default domain"
     for vi in [*model.graph.input, *model.graph.output]:
