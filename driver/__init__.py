@@ -1,14 +1,15 @@
 """vtakit.driver: the JIT runtime driver that builds instruction streams and runs them on a device.
 
 ``Session(device)`` is the VTA-style API (``load_2d``, ``store_2d``, ``gemm``, ``alu``,
-``dep_push``, ``dep_pop``, ``synchronize``); devices implement :class:`Device`.
+``dep_push``, ``dep_pop``, ``synchronize``); devices implement :class:`Device` and report
+faults as :class:`DeviceError`.
 """
 
 from vtakit.driver.device import Device, DeviceInfo, RunResult
 from vtakit.driver.devices.sim import SimDevice
+from vtakit.driver.errors import CycleLimitError, DeadlockError, DeviceError
 from vtakit.driver.program import KernelBuilder, Loop, Program, Reloc, UopKernel
 from vtakit.driver.session import DeviceArray, Session, Stage, stage_of
-from vtakit.vta_sim.errors import CycleLimitError, DeadlockError, DeviceError
 
 __all__ = [
     "Device", "DeviceInfo", "RunResult", "SimDevice", "KernelBuilder", "Loop", "Program",

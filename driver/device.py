@@ -77,8 +77,8 @@ class Device(ABC):
     @abstractmethod
     def wait(self, timeout_s: float) -> RunResult:
         """Wait for the run to finish (FINISH executed); raise ``TimeoutError`` after
-        ``timeout_s`` seconds and :class:`~vtakit.vta_sim.errors.DeviceError` if the device
-        reports a fault."""
+        ``timeout_s`` seconds and :class:`~vtakit.driver.errors.DeviceError` (or a subclass) if
+        the device reports a fault."""
 
     @abstractmethod
     def identify(self) -> DeviceInfo:

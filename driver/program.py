@@ -20,16 +20,7 @@ import numpy as np
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
-__all__ = ["Loop", "UopKernel", "KernelBuilder", "Reloc", "Program", "elem_bytes"]
-
-
-def elem_bytes(cfg: HwConfig, memory_type: isa.MemType) -> int:
-    """Bytes of one DRAM element of ``memory_type`` (the unit of ``dram_base``)."""
-    return {
-        isa.MemType.UOP: cfg.uop_elem_bytes, isa.MemType.WGT: cfg.wgt_elem_bytes,
-        isa.MemType.INP: cfg.inp_elem_bytes, isa.MemType.ACC: cfg.acc_elem_bytes,
-        isa.MemType.OUT: cfg.out_elem_bytes, isa.MemType.ACC_8BIT: cfg.out_elem_bytes,
-    }[isa.MemType(memory_type)]
+__all__ = ["Loop", "UopKernel", "KernelBuilder", "Reloc", "Program"]
 
 
 @dataclass(frozen=True)

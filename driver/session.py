@@ -37,9 +37,10 @@ from enum import IntEnum
 import numpy as np
 
 from vtakit.driver.device import Device, RunResult
-from vtakit.driver.program import KernelBuilder, Program, Reloc, UopKernel, elem_bytes
+from vtakit.driver.program import KernelBuilder, Program, Reloc, UopKernel
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES
 
 __all__ = ["Session", "DeviceArray", "Stage", "stage_of"]
 
@@ -57,7 +58,7 @@ def stage_of(insn: isa.Insn) -> Stage:
     if isinstance(insn, isa.MemInsn):
         if insn.opcode == isa.Opcode.STORE:
             return Stage.STORE
-        if insn.memory_type in (isa.MemType.INP, isa.MemType.WGT):
+        if insn.memory_type in LOAD_UNIT_MEMORY_TYPES:
             return Stage.LOAD
     return Stage.COMPUTE
 
@@ -223,10 +224,7 @@ class Session:
 
     def _check_sram(self, what: str, memory_type: isa.MemType, sram_base: int,
                     count: int) -> None:
-        depth = {isa.MemType.UOP: self.cfg.uop_depth, isa.MemType.WGT: self.cfg.wgt_depth,
-                 isa.MemType.INP: self.cfg.inp_depth, isa.MemType.ACC: self.cfg.acc_depth,
-                 isa.MemType.ACC_8BIT: self.cfg.acc_depth,
-                 isa.MemType.OUT: self.cfg.out_depth}[memory_type]
+        depth = self.cfg.depth(memory_type)
         if sram_base < 0 or sram_base + count > depth:
             raise ValueError(f"{what}: {memory_type.name} SRAM rows {sram_base}.."
                              f"{sram_base + count - 1} are out of range (depth {depth})")
@@ -240,7 +238,7 @@ class Session:
         if memory_type == isa.MemType.OUT:
             raise ValueError("load_2d: OUT cannot be loaded (expected INP, WGT, ACC, ACC_8BIT "
                              "or UOP)")
-        eb = elem_bytes(self.cfg, memory_type)
+        eb = self.cfg.elem_bytes(memory_type)
         self._check_dram("load_2d", src, elem_offset, x_size, y_size, x_stride, eb)
         rows = (y_pad_0 + y_size + y_pad_1) * (x_pad_0 + x_size + x_pad_1)
         self._check_sram("load_2d", memory_type, sram_base, rows)
@@ -256,7 +254,7 @@ class Session:
         memory_type = isa.MemType(memory_type)
         if memory_type != isa.MemType.OUT:
             raise ValueError(f"store_2d: only OUT can be stored, got {memory_type.name}")
-        eb = elem_bytes(self.cfg, memory_type)
+        eb = self.cfg.elem_bytes(memory_type)
         self._check_dram("store_2d", dst, elem_offset, x_size, y_size, x_stride, eb)
         self._check_sram("store_2d", memory_type, sram_base, x_size * y_size)
         self._emit(isa.MemInsn(opcode=isa.Opcode.STORE, memory_type=memory_type,
@@ -296,7 +294,7 @@ class Session:
         slot = f"uop:{sig}"
         self._rec.constants.setdefault(slot, kernel.words(self.cfg))
         self._emit(isa.MemInsn(memory_type=isa.MemType.UOP, sram_base=bgn, y_size=1, x_size=n,
-                               x_stride=n), (slot, 0, self.cfg.uop_elem_bytes))
+                               x_stride=n), (slot, 0, self.cfg.elem_bytes(isa.MemType.UOP)))
         self._resident[sig] = bgn
         self._uop_top += n
         return bgn

@@ -119,11 +119,10 @@ class AxiMaster(wiring.Component):
         # snap: the other direction's requests issued before this one (16-bit wrap-around count)
         req = data.StructLayout({"addr": 32, "len": 8, "snap": 16})
         size = _log2(cfg.bus_bytes)
-        for p in ("ar", "aw"):
-            m.d.comb += [getattr(self, f"{p}size").eq(size),
-                         getattr(self, f"{p}burst").eq(_BURST_INCR),
-                         getattr(self, f"{p}cache").eq(_CACHE),
-                         getattr(self, f"{p}prot").eq(0)]
+        m.d.comb += [self.arsize.eq(size), self.arburst.eq(_BURST_INCR),
+                     self.arcache.eq(_CACHE), self.arprot.eq(0),
+                     self.awsize.eq(size), self.awburst.eq(_BURST_INCR),
+                     self.awcache.eq(_CACHE), self.awprot.eq(0)]
         late, overflow, resp = Signal(), Signal(), Signal()
         rd_issued, wr_issued, r_done, b_done = (Signal(16, name=n) for n in
                                                 ("rd_issued", "wr_issued", "r_done", "b_done"))

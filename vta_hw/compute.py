@@ -25,15 +25,38 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.alu import TensorAlu
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.control import cmd_lookahead, cmd_members, unit_control
-from vtakit.vta_hw.dma import ADDR_BITS, IDX_BITS, ReadDMA, lanes_of
+from vtakit.vta_hw.control import command_member, unit_control
+from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
 from vtakit.vta_hw.gemm import GemmCore
+from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
 from vtakit.vta_hw.layouts import insn_layouts
+from vtakit.vta_hw.timing_facts import (
+    ALU_PIPELINE_CYCLES,
+    GEMM_PIPELINE_CYCLES,
+    LOAD_UNIT_MEMORY_TYPES,
+    NOP_CYCLES,
+    TOKEN_POPS,
+    TOKEN_PUSHES,
+)
 
 __all__ = ["Compute", "COMPUTE_TARGETS"]
 
-COMPUTE_TARGETS = (MemType.UOP, MemType.ACC, MemType.ACC_8BIT)
+#: The LOADs fetch routes to this unit (docs/timing.md §3): every memory type but the load
+#: unit's and OUT (which cannot be loaded).
+COMPUTE_TARGETS = tuple(t for t in MemType
+                        if t not in LOAD_UNIT_MEMORY_TYPES and t != MemType.OUT)
+
+# Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 3 (t + 4
+# for a tensor ALU), so the finish of docs/timing.md (s + n + 5, s + 2n + 5 with the last of
+# the tensor ALU's issues, two cycles apart, at s + 2n - 1) leaves the write in the past.
+_DRAIN_GEMM = GEMM_PIPELINE_CYCLES
+_DRAIN_ALU_IMM = ALU_PIPELINE_CYCLES
+_DRAIN_ALU_TENSOR = ALU_PIPELINE_CYCLES + 1
+assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 4 and _DRAIN_ALU_TENSOR >= 5, \
+    "the finish would come before the ACC write of the last iteration"
+# FINISH and empty loops finish the cycle after their start (the "short" register below).
+assert NOP_CYCLES == 1, "Compute finishes a FINISH or an empty loop at s + 1"
 
 
 class Compute(wiring.Component):
@@ -45,10 +68,12 @@ class Compute(wiring.Component):
 
     Attributes
     ----------
-    cmd_valid, cmd_data, cmd_take : the compute command queue's head.
-    cmd_w_en, cmd_w_data : with a one-entry queue, its write port (``cmd_members``).
-    l2g_*, s2g_* (popped), g2l_*, g2s_* (pushed) : token queues.
-    req, addr, beats, grant, rd_valid, rd_data : memory-port client (read).
+    cmd : In(CommandSignature)
+        The compute command queue (:func:`~vtakit.vta_hw.control.command_member`).
+    l2g, s2g : Out(TokenPopSignature()); g2l, g2s : Out(TokenPushSignature())
+        Token queues.
+    mem : Out(MemClientSignature(cfg))
+        The memory-port client (read).
     uop_*, inp_r_*, wgt_r_*, acc_*, out_w_* : SRAM ports.
     finish_start : Out
         A FINISH starts in this cycle (it finishes, and the run ends, in the next).
@@ -63,12 +88,10 @@ class Compute(wiring.Component):
         self.acc_lanes = ra
         arr = data.ArrayLayout
         super().__init__({
-            **cmd_members(cfg),
-            "l2g_avail": In(1), "l2g_pop": Out(1), "s2g_avail": In(1), "s2g_pop": Out(1),
-            "g2l_can_push": In(1), "g2l_push": Out(1), "g2s_can_push": In(1), "g2s_push": Out(1),
-            "req": Out(1), "addr": Out(ADDR_BITS),
-            "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
-            "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
+            "cmd": command_member(cfg),
+            "l2g": Out(TokenPopSignature()), "s2g": Out(TokenPopSignature()),
+            "g2l": Out(TokenPushSignature()), "g2s": Out(TokenPushSignature()),
+            "mem": Out(MemClientSignature(cfg)),
             "uop_w_en": Out(arr(1, ru)), "uop_w_addr": Out(IDX_BITS),
             "uop_w_data": Out(arr(32, ru)),
             "uop_r_addr": Out(IDX_BITS), "uop_r_data": In(arr(32, 1)),
@@ -87,13 +110,11 @@ class Compute(wiring.Component):
         cfg = self.cfg
         lays = insn_layouts(cfg)
         fin, fin_next = Signal(), Signal()
-        ctl = unit_control(m, "compute", lays.gemm, self.cmd_valid, self.cmd_data,
-                           self.cmd_take,
-                           [("pop_prev", self.l2g_avail, self.l2g_pop),
-                            ("pop_next", self.s2g_avail, self.s2g_pop)],
-                           [("push_prev", self.g2l_can_push, self.g2l_push),
-                            ("push_next", self.g2s_can_push, self.g2s_push)], fin,
-                           **cmd_lookahead(self, fin_next))
+        tokens = {"l2g": self.l2g, "s2g": self.s2g, "g2l": self.g2l, "g2s": self.g2s}
+        ctl = unit_control(m, "compute", lays.gemm, self.cmd,
+                           [(flag, tokens[q]) for flag, q in TOKEN_POPS["compute"]],
+                           [(flag, tokens[q]) for flag, q in TOKEN_PUSHES["compute"]], fin,
+                           fin_next)
         m.d.comb += self.idle.eq(ctl.idle)
         cand_bits = ctl.cand.as_value()
         op = ctl.cand.opcode
@@ -102,32 +123,32 @@ class Compute(wiring.Component):
 
         # ---- LOAD UOP / ACC / ACC_8BIT through the read DMA ---------------------------------
         dma = m.submodules.dma = ReadDMA(cfg, COMPUTE_TARGETS)
-        m.d.comb += [dma.start.eq(ctl.start & (op == Opcode.LOAD)), dma.insn.eq(cand_bits),
-                     self.req.eq(dma.req), self.addr.eq(dma.addr), self.beats.eq(dma.beats),
-                     dma.grant.eq(self.grant), dma.rd_valid.eq(self.rd_valid),
-                     dma.rd_data.eq(self.rd_data)]
-        m.d.comb += [self.uop_w_en.eq(dma.w0_en), self.uop_w_addr.eq(dma.w0_addr),
-                     self.uop_w_data.eq(dma.w0_data)]
+        wiring.connect(m, wiring.flipped(self.mem), dma.mem)
+        m.d.comb += [dma.start.eq(ctl.start & (op == Opcode.LOAD)), dma.insn.eq(cand_bits)]
+        d_uop, d_acc, d_acc8 = (dma.writes[MemType.UOP], dma.writes[MemType.ACC],
+                                dma.writes[MemType.ACC_8BIT])
+        m.d.comb += [self.uop_w_en.eq(d_uop.en), self.uop_w_addr.eq(d_uop.addr),
+                     self.uop_w_data.eq(d_uop.data)]
         # ACC writes: this unit's GEMM/ALU results (lane 0) or the DMA's ACC / ACC_8BIT
         # elements (the DMA's targets share one index); ACC_8BIT's int8 values sign-extended
         acc8 = Signal()
         m.d.comb += acc8.eq(data.View(lays.mem, cand_bits).memory_type == MemType.ACC_8BIT)
-        n_lanes8 = cfg.batch * cfg.block_out
+        n_lanes8 = cfg.elem_bytes(MemType.ACC_8BIT)  # int8 values (one byte each) per element
         wr_en = Signal()  # defined with the pipeline below
         wr_a = Signal(cfg.log_acc_depth)
         wr_v = Signal(cfg.acc_elem_bits)
-        m.d.comb += self.acc_w_addr.eq(Mux(wr_en, wr_a, dma.w1_addr))
+        m.d.comb += self.acc_w_addr.eq(Mux(wr_en, wr_a, d_acc.addr))
         for lane in range(self.acc_lanes):
             dat = Const(0, cfg.acc_elem_bits)
             en = Const(0)
-            if lane < len(dma.w1_en):
-                dat, en = dma.w1_data[lane], dma.w1_en[lane]
-            if lane < len(dma.w2_en):
-                d8 = dma.w2_data[lane]
+            if lane < len(d_acc.en):
+                dat, en = d_acc.data[lane], d_acc.en[lane]
+            if lane < len(d_acc8.en):
+                d8 = d_acc8.data[lane]
                 aw8 = cfg.acc_width_bits
                 ext = Cat(*[Cat(d8[8 * v:8 * v + 8], d8[8 * v + 7].replicate(aw8 - 8))
                             for v in range(n_lanes8)])
-                dat, en = Mux(acc8, ext, dat), en | dma.w2_en[lane]
+                dat, en = Mux(acc8, ext, dat), en | d_acc8.en[lane]
             if lane == 0:
                 dat, en = Mux(wr_en, wr_v, dat), en | wr_en
             m.d.comb += [self.acc_w_en[lane].eq(en), self.acc_w_data[lane].eq(dat)]
@@ -153,7 +174,8 @@ class Compute(wiring.Component):
         off_d, base_d = Signal(lay_a), Signal(lay_a)
         off_s, base_s = Signal(src_w), Signal(src_w)
         off_w, base_w = Signal(lay_w), Signal(lay_w)
-        drain = Signal(3)  # cycles to the finish after the last issue (0: not draining)
+        # cycles to the finish after the last issue (0: not draining)
+        drain = Signal(range(max(_DRAIN_GEMM, _DRAIN_ALU_IMM, _DRAIN_ALU_TENSOR) + 1))
         issue = active & (~tensor | ~tog)
         with m.If(active):
             m.d.sync += tog.eq(~tog)
@@ -171,7 +193,9 @@ class Compute(wiring.Component):
         with m.If(next_i):
             m.d.sync += i.eq(i1)
             with m.If(i1 == g.iter_out):
-                m.d.sync += [active.eq(0), drain.eq(Mux(tensor, 6, 5))]
+                drain_issue = (_DRAIN_GEMM if _DRAIN_GEMM == _DRAIN_ALU_IMM
+                               else Mux(is_alu, _DRAIN_ALU_IMM, _DRAIN_GEMM))
+                m.d.sync += [active.eq(0), drain.eq(Mux(tensor, _DRAIN_ALU_TENSOR, drain_issue))]
         src_in = Mux(is_alu, a_.src_factor_in, g.src_factor_in)
         src_out = Mux(is_alu, a_.src_factor_out, g.src_factor_out)
         for off, base, f_in, f_out in ((off_d, base_d, g.dst_factor_in, g.dst_factor_out),

@@ -18,6 +18,7 @@ Worked example, the ``default`` preset (VTA's Pynq configuration)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -225,6 +226,52 @@ class HwConfig:
     @property
     def out_depth(self) -> int:
         return 1 << self.log_out_depth
+
+    # ---- the same facts by memory type (the ``memory_type`` field of LOAD and STORE) -------
+    @functools.cached_property
+    def _by_memory_type(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(DRAM bytes of one element, log2 of the buffer's depth), indexed by the code of
+        :class:`vtakit.vta_hw.isa.MemType`; computed once per configuration (the simulator
+        asks for every instruction)."""
+        # isa owns the memory-type codes and imports this module, so the import is deferred
+        from vtakit.vta_hw.isa import MemType
+
+        elem_bytes = {MemType.UOP: self.uop_elem_bytes, MemType.WGT: self.wgt_elem_bytes,
+                      MemType.INP: self.inp_elem_bytes, MemType.ACC: self.acc_elem_bytes,
+                      MemType.OUT: self.out_elem_bytes,
+                      # int8 in DRAM, sign-extended into the accumulator: one byte per value
+                      MemType.ACC_8BIT: self.batch * self.block_out}
+        log_depth = {MemType.UOP: self.log_uop_depth, MemType.WGT: self.log_wgt_depth,
+                     MemType.INP: self.log_inp_depth, MemType.ACC: self.log_acc_depth,
+                     MemType.OUT: self.log_out_depth, MemType.ACC_8BIT: self.log_acc_depth}
+        order = sorted(MemType)
+        assert [int(t) for t in order] == list(range(len(order)))
+        return tuple(elem_bytes[t] for t in order), tuple(log_depth[t] for t in order)
+
+    def _memory_type_index(self, memory_type: int) -> int:
+        n = len(self._by_memory_type[0])
+        if isinstance(memory_type, bool) or not 0 <= memory_type < n:
+            raise ValueError(f"memory_type={memory_type!r} is not a memory type (expected "
+                             f"an isa.MemType, 0..{n - 1})")
+        return memory_type
+
+    def elem_bytes(self, memory_type: int) -> int:
+        """DRAM bytes of one element of ``memory_type`` (an :class:`~vtakit.vta_hw.isa.MemType`;
+        the unit ``dram_base``, ``x_size`` and ``x_stride`` count; docs/timing.md's ``E``).
+
+        ``default`` preset: UOP 4, WGT 256, INP 16, ACC 64, OUT 16, ACC_8BIT 16 (``batch *
+        block_out`` int8 values, sign-extended into one ACC element).
+        """
+        return self._by_memory_type[0][self._memory_type_index(memory_type)]
+
+    def log_depth(self, memory_type: int) -> int:
+        """log2 of the elements of the buffer that ``memory_type`` loads into or stores from
+        (ACC_8BIT: the ACC buffer)."""
+        return self._by_memory_type[1][self._memory_type_index(memory_type)]
+
+    def depth(self, memory_type: int) -> int:
+        """Elements of the buffer that ``memory_type`` loads into or stores from."""
+        return 1 << self.log_depth(memory_type)
 
     # ---- memory bus -----------------------------------------------------------------------
     @property

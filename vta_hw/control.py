@@ -14,7 +14,8 @@ combinational loop between units.
 
 Where the instruction comes from: with a command queue of more than one entry, ``cand`` is the
 queue's head in the cycle the unit takes it and the unit's own register afterwards (a
-multiplexer). With one entry (``cmd_write``: the queue's write port), the unit's register
+multiplexer). With one entry (the queue shows its writes, ``w_en`` and ``w_data``, on the
+unit's :class:`~vtakit.vta_hw.interfaces.CommandSignature` port), the unit's register
 *follows* the queue whenever the unit does not need its instruction in the next cycle: before
 a take, and from the cycle before a finish (``finish_next``; a datapath reads no instruction
 field in its finish cycle). Following means copying what is written into the queue, or the
@@ -29,30 +30,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
-from amaranth.lib import data
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In
 
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.interfaces import CommandSignature
 from vtakit.vta_hw.isa import INSN_WIDTH_BITS
 
-__all__ = ["UnitControl", "unit_control", "cmd_members", "cmd_lookahead"]
+__all__ = ["UnitControl", "unit_control", "command_member"]
 
 
-def cmd_members(cfg: HwConfig) -> dict:
-    """A unit's command-queue ports: ``cmd_valid``, ``cmd_data`` (the head), ``cmd_take`` and,
-    with a one-entry queue, ``cmd_w_en``, ``cmd_w_data`` (the queue's write port, snooped)."""
-    members = {"cmd_valid": In(1), "cmd_data": In(INSN_WIDTH_BITS), "cmd_take": Out(1)}
-    if cfg.cmd_queue_depth == 1:
-        members.update({"cmd_w_en": In(1), "cmd_w_data": In(INSN_WIDTH_BITS)})
-    return members
+def command_member(cfg: HwConfig) -> wiring.Member:
+    """A unit's port to its command queue: ``In(CommandSignature)``, the head (``valid``,
+    ``data``, ``take``) and, with a one-entry queue, the queue's writes (``w_en``, ``w_data``)
+    that the unit snoops."""
+    return In(CommandSignature(INSN_WIDTH_BITS, snoop=cfg.cmd_queue_depth == 1))
 
-
-def cmd_lookahead(unit, finish_next: Value) -> dict:
-    """The keyword arguments of :func:`unit_control` for ``unit`` (a component with
-    :func:`cmd_members` and a ``cfg``): the register-only path with a one-entry queue."""
-    if unit.cfg.cmd_queue_depth == 1:
-        return {"cmd_write": (unit.cmd_w_en, unit.cmd_w_data), "finish_next": finish_next}
-    return {}
 
 IDLE, WAIT, BUSY, PUSH = range(4)
 
@@ -67,19 +60,29 @@ class UnitControl:
     state: Signal
 
 
-def unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Value, take: Signal,
-                 pops: list[tuple[str, Value, Signal]], pushes: list[tuple[str, Value, Signal]],
-                 finish: Value, *, cmd_write: tuple[Value, Value] | None = None,
-                 finish_next: Value | None = None) -> UnitControl:
+def unit_control(m: Module, name: str, layout, cmd, pops: list[tuple[str, object]],
+                 pushes: list[tuple[str, object]], finish: Value,
+                 finish_next: Value) -> UnitControl:
     """Add a unit's control to ``m``.
 
-    ``pops``/``pushes`` are ``(flag name, available / can_push, pop / push strobe)`` for the
-    token queues of this unit; ``finish`` is high in the finish cycle of a started instruction.
-    ``cmd_write`` (a one-entry command queue's write enable and data) and ``finish_next``
-    (``finish`` will be high in the next cycle) select the register-only instruction path.
+    ``cmd`` is the unit's :func:`command_member`; with the queue's writes on it (a one-entry
+    queue) the unit takes the register-only instruction path. ``pops``/``pushes`` are
+    ``(flag name, token interface)`` for the token queues of this unit (its
+    ``TokenPopSignature`` / ``TokenPushSignature`` members); ``finish`` is high in the finish
+    cycle of a started instruction and ``finish_next`` in the cycle before.
     """
-    if (cmd_write is None) != (finish_next is None):
-        raise ValueError("unit_control: cmd_write and finish_next go together")
+    cmd_valid, cmd_data, take = cmd.valid, cmd.data, cmd.take
+    cmd_write = (cmd.w_en, cmd.w_data) if "w_en" in cmd.signature.members else None
+    pops_ = [(flag, tok.avail, tok.pop) for flag, tok in pops]
+    pushes_ = [(flag, tok.can_push, tok.push) for flag, tok in pushes]
+    return _unit_control(m, name, layout, cmd_valid, cmd_data, take, pops_, pushes_, finish,
+                         cmd_write, finish_next)
+
+
+def _unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Value, take: Signal,
+                  pops: list[tuple[str, Value, Signal]], pushes: list[tuple[str, Value, Signal]],
+                  finish: Value, cmd_write: tuple[Value, Value] | None,
+                  finish_next: Value) -> UnitControl:
     state = Signal(range(4), name=f"{name}_state")
     insn = Signal(INSN_WIDTH_BITS, name=f"{name}_insn")
     fin = Signal(name=f"{name}_fin")

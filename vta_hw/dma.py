@@ -29,39 +29,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.interfaces import ADDR_BITS, MemClientSignature, SramWriteSignature
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
-from vtakit.vta_hw.mem_port import ADDR_BITS
+from vtakit.vta_hw.timing_facts import PAD_ONLY_SETUP_CYCLES
 
-__all__ = ["ReadDMA", "ElemSizes", "row_requests", "elem_bytes", "lanes_of", "log_depth",
-           "small_mul", "IDX_BITS", "ADDR_BITS"]
+__all__ = ["ReadDMA", "ElemSizes", "row_requests", "lanes_of", "small_mul", "IDX_BITS",
+           "ADDR_BITS"]
 
 IDX_BITS = isa.SRAM_ADDR_BITS  # SRAM element indices on the units' ports (sram_base's width)
 
+# The padding of a block without data rows starts the cycle after the start (from_start below).
+assert PAD_ONLY_SETUP_CYCLES == 1, "ReadDMA starts a padding-only block at s + 1"
 
-def elem_bytes(cfg: HwConfig, mt: MemType) -> int:
-    """DRAM bytes of one element of ``mt`` (docs/timing.md's ``E``)."""
-    return {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes,
-            MemType.INP: cfg.inp_elem_bytes, MemType.ACC: cfg.acc_elem_bytes,
-            MemType.OUT: cfg.out_elem_bytes, MemType.ACC_8BIT: cfg.batch * cfg.block_out}[mt]
-
-
-def log_depth(cfg: HwConfig, mt: MemType) -> int:
-    """log2 of the elements of the buffer that ``mt`` loads into or stores from."""
-    return {MemType.UOP: cfg.log_uop_depth, MemType.WGT: cfg.log_wgt_depth,
-            MemType.INP: cfg.log_inp_depth, MemType.ACC: cfg.log_acc_depth,
-            MemType.OUT: cfg.log_out_depth, MemType.ACC_8BIT: cfg.log_acc_depth}[mt]
+#: The member of :class:`ReadDMA` that writes each memory type's buffer.
+_WRITE_MEMBER = {MemType.UOP: "uop", MemType.WGT: "wgt", MemType.INP: "inp",
+                 MemType.ACC: "acc", MemType.ACC_8BIT: "acc_8bit"}
 
 
 def lanes_of(cfg: HwConfig, mt: MemType) -> int:
     """Elements of ``mt`` per bus beat (1 when an element spans one or more beats)."""
-    return max(1, cfg.bus_bytes // elem_bytes(cfg, mt))
+    return max(1, cfg.bus_bytes // cfg.elem_bytes(mt))
 
 
 def _log2(n: int) -> int:
@@ -97,7 +91,7 @@ class ElemSizes:
               x_size: Value, name: str) -> ElemSizes:
         sel: dict[int, Value] = {}
         for t in targets:
-            le = _log2(elem_bytes(cfg, t))
+            le = _log2(cfg.elem_bytes(t))
             sel[le] = (sel[le] | (mt == t)) if le in sel else (mt == t)
         xm1 = Signal(len(x_size), name=f"{name}_x_minus_1")
         m.d.comb += xm1.eq(x_size - 1)
@@ -190,9 +184,10 @@ class ReadDMA(wiring.Component):
     ----------
     cfg : HwConfig
     targets : tuple of MemType
-        The memory types this DMA serves; target ``i`` gets write lanes ``w{i}_en``,
-        ``w{i}_data`` of ``lanes_of(cfg, t)`` elements of ``8 * elem_bytes(cfg, t)`` bits, lane
-        ``k`` at SRAM index ``w{i}_addr + k`` (all targets share one index).
+        The memory types this DMA serves; each gets a member (``uop``, ``wgt``, ``inp``,
+        ``acc``, ``acc_8bit``) of :class:`~vtakit.vta_hw.interfaces.SramWriteSignature` with
+        ``lanes_of(cfg, t)`` elements of ``8 * cfg.elem_bytes(t)`` bits, lane ``k`` at SRAM
+        index ``addr + k`` (all targets share one index).
 
     Attributes
     ----------
@@ -206,8 +201,10 @@ class ReadDMA(wiring.Component):
         High in the instruction's finish cycle.
     finish_next : Out
         ``finish`` will be high in the next cycle.
-    req, addr, beats, grant : memory-port client (read).
-    rd_valid, rd_data : the client's returning beats.
+    mem : Out(MemClientSignature(cfg))
+        The memory-port client (read).
+    writes : dict[MemType, interface]
+        The write member of each target.
     """
 
     def __init__(self, cfg: HwConfig, targets: tuple[MemType, ...]):
@@ -217,20 +214,16 @@ class ReadDMA(wiring.Component):
             raise ValueError(f"ReadDMA: targets must be a non-empty tuple of MemType, "
                              f"got {targets!r}")
         self.cfg, self.targets = cfg, tuple(targets)
-        self.idx_bits = max(1, *(log_depth(cfg, t) for t in self.targets))
+        self.idx_bits = max(1, *(cfg.log_depth(t) for t in self.targets))
         members = {
             "start": In(1), "insn": In(isa.INSN_WIDTH_BITS), "finish": Out(1),
-            "finish_next": Out(1), "active": Out(1),
-            "req": Out(1), "addr": Out(ADDR_BITS),
-            "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
-            "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
+            "finish_next": Out(1), "active": Out(1), "mem": Out(MemClientSignature(cfg)),
         }
-        for i, t in enumerate(self.targets):
-            r, eb = lanes_of(cfg, t), elem_bytes(cfg, t)
-            members[f"w{i}_en"] = Out(data.ArrayLayout(1, r))
-            members[f"w{i}_addr"] = Out(self.idx_bits)
-            members[f"w{i}_data"] = Out(data.ArrayLayout(unsigned(8 * eb), r))
+        for t in self.targets:
+            members[_WRITE_MEMBER[t]] = Out(SramWriteSignature(
+                8 * cfg.elem_bytes(t), lanes_of(cfg, t), self.idx_bits))
         super().__init__(members)
+        self.writes = {t: getattr(self, _WRITE_MEMBER[t]) for t in self.targets}
 
     def elaborate(self, platform):
         m = Module()
@@ -256,8 +249,8 @@ class ReadDMA(wiring.Component):
         req, addr, beats = row_requests(
             m, "rq", cfg, load=self.start, comb=True, active=x_any & y_any,
             a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
-            grant=self.grant)
-        m.d.comb += [self.req.eq(req), self.addr.eq(addr), self.beats.eq(beats)]
+            grant=self.mem.grant)
+        m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- receive side ----------------------------------------------------------------
         IDLE, XFER, PAD, FIN = 0, 1, 2, 3
@@ -267,7 +260,7 @@ class ReadDMA(wiring.Component):
         m.d.sync += ph.eq(ph_next)
         m.d.comb += [self.finish.eq(ph == FIN), self.finish_next.eq(ph_next == FIN),
                      self.active.eq(ph != IDLE)]
-        beat = self.rd_valid & (ph == XFER)
+        beat = self.mem.rd_valid & (ph == XFER)
         pad_en = ph == PAD
         r_first = Signal()  # the next beat is the first of a row
         r_off = Signal(lw)  # byte offset of the current row's first byte in its first word
@@ -293,7 +286,7 @@ class ReadDMA(wiring.Component):
         # beat (less than the row's first element when the row starts in a later lane), or
         # the padding element. From a row's last beat it steps to the next row's first beat
         # (over the gap), from the last row's to the element after that row.
-        k_max = max(1, *(elem_bytes(cfg, t) // W for t in self.targets))
+        k_max = max(1, *(cfg.elem_bytes(t) // W for t in self.targets))
         part = Signal(range(k_max), name="part")  # beat within an element (E > W)
         w_reg = Signal(iw)
         done_elem = sizes.pick(lambda le: part == (1 << (le - lw)) - 1 if le > lw else Const(1))
@@ -319,14 +312,14 @@ class ReadDMA(wiring.Component):
             with m.If(beat):
                 m.d.sync += part.eq(Mux(done_elem, 0, part + 1))
 
-        word = self.rd_data
+        word = self.mem.rd_data
         for i, t in enumerate(self.targets):
-            eb = elem_bytes(cfg, t)
+            eb = cfg.elem_bytes(t)
             le = _log2(eb)
-            en = getattr(self, f"w{i}_en")
-            dat = getattr(self, f"w{i}_data")
+            port = self.writes[t]
+            en, dat = port.en, port.data
             mine = cur.memory_type == t
-            m.d.comb += getattr(self, f"w{i}_addr").eq(w_reg)
+            m.d.comb += port.addr.eq(w_reg)
             if eb >= W:
                 k = eb // W
                 if k > 1:

@@ -16,8 +16,10 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.isa import MemType, Opcode
+from vtakit.vta_hw.interfaces import CommandWriteSignature, MemClientSignature
+from vtakit.vta_hw.isa import Opcode
 from vtakit.vta_hw.layouts import insn_layouts
+from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES
 
 __all__ = ["Fetch", "QUEUES"]
 
@@ -39,10 +41,10 @@ class Fetch(wiring.Component):
     ----------
     start, insn_addr, insn_count : In
         Begin a run (``insn_addr`` 16-aligned); cycle 0 is the next cycle.
-    req, addr, beats, grant, rd_valid, rd_data : memory-port client (read).
-    load_w_en, compute_w_en, store_w_en : Out
-        Write ``w_data`` into that command queue.
-    load_full, compute_full, store_full : In
+    mem : Out(MemClientSignature(cfg))
+        The memory-port client (read).
+    load_cmd, compute_cmd, store_cmd : Out(CommandWriteSignature(isa.INSN_WIDTH_BITS))
+        The three command queues.
     idle : Out
         Every instruction has been dispatched.
     """
@@ -51,16 +53,18 @@ class Fetch(wiring.Component):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"Fetch: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        members = {
+        super().__init__({
             "start": In(1), "insn_addr": In(32), "insn_count": In(32),
-            "req": Out(1), "addr": Out(32), "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
-            "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
-            "w_data": Out(isa.INSN_WIDTH_BITS), "idle": Out(1),
-        }
-        for q in QUEUES:
-            members[f"{q}_w_en"] = Out(1)
-            members[f"{q}_full"] = In(1)
-        super().__init__(members)
+            "mem": Out(MemClientSignature(cfg)),
+            "load_cmd": Out(CommandWriteSignature(isa.INSN_WIDTH_BITS)),
+            "compute_cmd": Out(CommandWriteSignature(isa.INSN_WIDTH_BITS)),
+            "store_cmd": Out(CommandWriteSignature(isa.INSN_WIDTH_BITS)),
+            "idle": Out(1),
+        })
+
+    def queues(self) -> dict[str, wiring.PureInterface]:
+        """The command-queue writers by queue name (:data:`QUEUES`)."""
+        return {"load": self.load_cmd, "compute": self.compute_cmd, "store": self.store_cmd}
 
     def elaborate(self, platform):
         m = Module()
@@ -109,19 +113,20 @@ class Fetch(wiring.Component):
         # ---- request the group's bursts ------------------------------------------------------
         q_active = Signal()
         word_addr = Signal(32 - lw)
-        m.d.comb += [self.req.eq((st == REQ) & q_active),
-                     self.addr.eq(Cat(Const(0, lw), word_addr))]
+        client = self.mem
+        m.d.comb += [client.req.eq((st == REQ) & q_active),
+                     client.addr.eq(Cat(Const(0, lw), word_addr))]
         if window >= isa.INSN_BYTES:
             # a window is at most one burst: the group is one burst
             m.d.comb += [word_addr.eq(pos << (li - lw) if lw <= li else pos >> (lw - li)),
-                         self.beats.eq(g_total)]
-            with m.If(self.grant):
+                         client.beats.eq(g_total)]
+            with m.If(client.grant):
                 m.d.sync += q_active.eq(0)
         else:
             bursts = isa.INSN_BYTES // window
             q_burst = Signal(range(bursts))
-            m.d.comb += [word_addr.eq(Cat(Const(0, lm), q_burst, pos)), self.beats.eq(M)]
-            with m.If(self.grant):
+            m.d.comb += [word_addr.eq(Cat(Const(0, lm), q_burst, pos)), client.beats.eq(M)]
+            with m.If(client.grant):
                 m.d.sync += q_burst.eq(q_burst + 1)
                 with m.If(q_burst == bursts - 1):
                     m.d.sync += q_active.eq(0)
@@ -133,13 +138,13 @@ class Fetch(wiring.Component):
         # multiplexer). More slots: the buffer holds the window and dispatch indexes it.
         shift = lw <= li and slots == 2
         rcv = Signal(range(nb + 1))
-        with m.If(self.rd_valid & (st == REQ)):
+        with m.If(client.rd_valid & (st == REQ)):
             m.d.sync += rcv.eq(rcv + 1)
             widx = Signal(range(nb))
             m.d.comb += widx.eq(rcv if shift else first_w + rcv)
             for j in range(nb):
                 with m.If(widx == j):
-                    m.d.sync += buf[j * W * 8:(j + 1) * W * 8].eq(self.rd_data)
+                    m.d.sync += buf[j * W * 8:(j + 1) * W * 8].eq(client.rd_data)
             with m.If(rcv == g_total - 1):
                 m.d.sync += st.eq(DISP)
 
@@ -155,19 +160,24 @@ class Fetch(wiring.Component):
             for j in range(slots):
                 with m.If(slot == j):
                     m.d.comb += word.eq(buf[j * isa.INSN_WIDTH_BITS:(j + 1) * isa.INSN_WIDTH_BITS])
-        m.d.comb += self.w_data.eq(word)
+        queues = self.queues()
+        for q in QUEUES:
+            m.d.comb += queues[q].data.eq(word)
         mem = data.View(insn_layouts(cfg).mem, word)
-        is_load = (mem.opcode == Opcode.LOAD) & ((mem.memory_type == MemType.INP)
-                                                 | (mem.memory_type == MemType.WGT))
+        # routing (docs/timing.md §3): LOAD INP / WGT to load, STORE to store, the rest compute
+        to_load_unit = mem.memory_type == LOAD_UNIT_MEMORY_TYPES[0]
+        for t in LOAD_UNIT_MEMORY_TYPES[1:]:
+            to_load_unit = to_load_unit | (mem.memory_type == t)
+        is_load = (mem.opcode == Opcode.LOAD) & to_load_unit
         is_store = mem.opcode == Opcode.STORE
         target = {"load": is_load, "store": is_store, "compute": ~is_load & ~is_store}
         full = Signal()
         for q in QUEUES:
             with m.If(target[q]):
-                m.d.comb += full.eq(getattr(self, f"{q}_full"))
+                m.d.comb += full.eq(queues[q].full)
         m.d.comb += go.eq((st == DISP) & ~full)
         for q in QUEUES:
-            m.d.comb += getattr(self, f"{q}_w_en").eq(go & target[q])
+            m.d.comb += queues[q].en.eq(go & target[q])
 
         def begin_group():
             m.d.sync += [st.eq(REQ), q_active.eq(1), rcv.eq(0)]

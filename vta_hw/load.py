@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.control import cmd_lookahead, cmd_members, unit_control
-from vtakit.vta_hw.dma import ADDR_BITS, IDX_BITS, ReadDMA, lanes_of
+from vtakit.vta_hw.control import command_member, unit_control
+from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
+from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
+from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES, TOKEN_POPS, TOKEN_PUSHES
 
 __all__ = ["Load", "LOAD_TARGETS"]
 
-LOAD_TARGETS = (MemType.INP, MemType.WGT)
+#: What fetch routes to this unit (docs/timing.md §3).
+LOAD_TARGETS = LOAD_UNIT_MEMORY_TYPES
 
 
 class Load(wiring.Component):
@@ -31,10 +34,12 @@ class Load(wiring.Component):
 
     Attributes
     ----------
-    cmd_valid, cmd_data, cmd_take : the load command queue's head.
-    cmd_w_en, cmd_w_data : with a one-entry queue, its write port (``cmd_members``).
-    g2l_avail, g2l_pop, l2g_can_push, l2g_push : token queues.
-    req, addr, beats, grant, rd_valid, rd_data : memory-port client (read).
+    cmd : In(CommandSignature)
+        The load command queue (:func:`~vtakit.vta_hw.control.command_member`).
+    g2l : Out(TokenPopSignature()), l2g : Out(TokenPushSignature())
+        Token queues.
+    mem : Out(MemClientSignature(cfg))
+        The memory-port client (read).
     inp_w_*, wgt_w_* : write lanes of the INP and WGT buffers.
     """
 
@@ -45,11 +50,9 @@ class Load(wiring.Component):
         arr = data.ArrayLayout
         ri, rw = lanes_of(cfg, MemType.INP), lanes_of(cfg, MemType.WGT)
         super().__init__({
-            **cmd_members(cfg),
-            "g2l_avail": In(1), "g2l_pop": Out(1), "l2g_can_push": In(1), "l2g_push": Out(1),
-            "req": Out(1), "addr": Out(ADDR_BITS),
-            "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
-            "grant": In(1), "rd_valid": In(1), "rd_data": In(cfg.bus_width_bits),
+            "cmd": command_member(cfg),
+            "g2l": Out(TokenPopSignature()), "l2g": Out(TokenPushSignature()),
+            "mem": Out(MemClientSignature(cfg)),
             "inp_w_en": Out(arr(1, ri)), "inp_w_addr": Out(IDX_BITS),
             "inp_w_data": Out(arr(cfg.inp_elem_bits, ri)),
             "wgt_w_en": Out(arr(1, rw)), "wgt_w_addr": Out(IDX_BITS),
@@ -61,20 +64,18 @@ class Load(wiring.Component):
         m = Module()
         cfg = self.cfg
         dma = m.submodules.dma = ReadDMA(cfg, LOAD_TARGETS)
+        wiring.connect(m, wiring.flipped(self.mem), dma.mem)
+        tokens = {"g2l": self.g2l, "l2g": self.l2g}
         fin = Signal()
-        ctl = unit_control(m, "load", insn_layouts(cfg).mem, self.cmd_valid, self.cmd_data,
-                           self.cmd_take, [("pop_next", self.g2l_avail, self.g2l_pop)],
-                           [("push_next", self.l2g_can_push, self.l2g_push)], fin,
-                           **cmd_lookahead(self, dma.finish_next))
+        ctl = unit_control(m, "load", insn_layouts(cfg).mem, self.cmd,
+                           [(flag, tokens[q]) for flag, q in TOKEN_POPS["load"]],
+                           [(flag, tokens[q]) for flag, q in TOKEN_PUSHES["load"]], fin,
+                           dma.finish_next)
+        inp, wgt = dma.writes[MemType.INP], dma.writes[MemType.WGT]
         m.d.comb += [
             self.idle.eq(ctl.idle), fin.eq(dma.finish),
             dma.start.eq(ctl.start), dma.insn.eq(ctl.cand.as_value()),
-            self.req.eq(dma.req), self.addr.eq(dma.addr), self.beats.eq(dma.beats),
-            dma.grant.eq(self.grant), dma.rd_valid.eq(self.rd_valid),
-            dma.rd_data.eq(self.rd_data),
-            self.inp_w_en.eq(dma.w0_en), self.inp_w_addr.eq(dma.w0_addr),
-            self.inp_w_data.eq(dma.w0_data),
-            self.wgt_w_en.eq(dma.w1_en), self.wgt_w_addr.eq(dma.w1_addr),
-            self.wgt_w_data.eq(dma.w1_data),
+            self.inp_w_en.eq(inp.en), self.inp_w_addr.eq(inp.addr), self.inp_w_data.eq(inp.data),
+            self.wgt_w_en.eq(wgt.en), self.wgt_w_addr.eq(wgt.addr), self.wgt_w_data.eq(wgt.data),
         ]
         return m

@@ -1,14 +1,16 @@
 """Command queues and dependency-token counters (docs/timing.md §1, §3, §4).
 
 * :class:`CmdQueue`: a FIFO of 128-bit instructions, ``depth`` entries. An entry written at
-  cycle ``d`` is visible (``r_valid``) from ``d + 1``; an entry taken at ``p`` frees its slot
-  for the writer from ``p + 1`` (``full`` is a function of registers only). The head sits in a
-  register, the rest in a block RAM whose registered read refills the head the cycle after a
+  cycle ``d`` is visible (``r.valid``) from ``d + 1``; an entry taken at ``p`` frees its slot
+  for the writer from ``p + 1`` (``w.full`` is a function of registers only). The head sits in
+  a register, the rest in a block RAM whose registered read refills the head the cycle after a
   take, so a unit can take back-to-back entries.
 * :class:`TokenCounter`: one of the four token queues (l2g, g2l, g2s, s2g), a counter of
-  capacity ``depth``. A pushed token is visible to the consumer in the same cycle (``avail``
-  includes ``push``); a popped slot is usable by the producer one cycle later (``can_push``
-  is registered).
+  capacity ``depth``. A pushed token is visible to the consumer in the same cycle
+  (``consumer.avail`` includes ``producer.push``); a popped slot is usable by the producer one
+  cycle later (``producer.can_push`` is registered).
+
+Both sides of each queue are the typed interfaces of :mod:`vtakit.vta_hw.interfaces`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from vtakit.vta_hw.interfaces import (
+    CommandSignature,
+    CommandWriteSignature,
+    TokenPopSignature,
+    TokenPushSignature,
+)
 from vtakit.vta_hw.isa import INSN_WIDTH_BITS
 
 __all__ = ["CmdQueue", "TokenCounter"]
@@ -41,14 +49,12 @@ class CmdQueue(wiring.Component):
 
     Attributes
     ----------
-    w_en, w_data : In
-        Write (the writer checks ``full`` first).
-    full : Out
-        ``depth`` entries are held (as of the start of this cycle).
-    r_valid, r_data : Out
-        The head entry.
-    r_en : In
-        Take the head (only when ``r_valid``).
+    w : In(CommandWriteSignature(width_bits))
+        The writer: ``en`` with ``data`` (the writer checks ``full`` first: ``depth`` entries
+        held as of the start of this cycle).
+    r : Out(CommandSignature(width_bits, snoop=depth == 1))
+        The head entry (``valid``, ``data``), taken with ``take`` (only when ``valid``); a
+        one-entry queue also shows its writes (``w_en``, ``w_data``).
     level : Out
         Entries held.
     """
@@ -59,22 +65,24 @@ class CmdQueue(wiring.Component):
             raise ValueError(f"CmdQueue: width_bits={width_bits!r} must be a positive int")
         self.depth, self.width_bits = depth, width_bits
         super().__init__({
-            "w_en": In(1), "w_data": In(width_bits), "full": Out(1),
-            "r_valid": Out(1), "r_data": Out(width_bits), "r_en": In(1),
+            "w": In(CommandWriteSignature(width_bits)),
+            "r": Out(CommandSignature(width_bits, snoop=depth == 1)),
             "level": Out(range(depth + 1)),
         })
 
     def elaborate(self, platform):
         m = Module()
         q = self.depth
+        w, r = self.w, self.r
         head = Signal(self.width_bits)
         hv = Signal()
-        take = self.r_en & hv
-        m.d.comb += [self.r_valid.eq(hv), self.full.eq(self.level == q)]
+        take = r.take & hv
+        m.d.comb += [r.valid.eq(hv), w.full.eq(self.level == q)]
         if q == 1:
-            m.d.comb += [self.r_data.eq(head), self.level.eq(hv)]
-            with m.If(self.w_en):
-                m.d.sync += [head.eq(self.w_data), hv.eq(1)]
+            m.d.comb += [r.data.eq(head), self.level.eq(hv),
+                         r.w_en.eq(w.en), r.w_data.eq(w.data)]
+            with m.If(w.en):
+                m.d.sync += [head.eq(w.data), hv.eq(1)]
             with m.Elif(take):
                 m.d.sync += hv.eq(0)
             return m
@@ -89,18 +97,18 @@ class CmdQueue(wiring.Component):
         m.d.comb += [rp.addr.eq(rd_ptr), cur.eq(head)]
         with m.If(refill):
             m.d.comb += cur.eq(rp.data)
-        m.d.comb += [self.r_data.eq(cur), self.level.eq(hv + mcount)]
+        m.d.comb += [r.data.eq(cur), self.level.eq(hv + mcount)]
         m.d.sync += [head.eq(cur), refill.eq(0)]
         to_ram = Signal()
         from_ram = take & (mcount != 0)
-        with m.If(self.w_en):
+        with m.If(w.en):
             with m.If(~hv | (take & (mcount == 0))):
-                m.d.sync += [head.eq(self.w_data), hv.eq(1)]
+                m.d.sync += [head.eq(w.data), hv.eq(1)]
             with m.Else():
                 m.d.comb += to_ram.eq(1)
         with m.Elif(take & (mcount == 0)):
             m.d.sync += hv.eq(0)
-        m.d.comb += [wp.en.eq(to_ram), wp.addr.eq(wr_ptr), wp.data.eq(self.w_data)]
+        m.d.comb += [wp.en.eq(to_ram), wp.addr.eq(wr_ptr), wp.data.eq(w.data)]
         with m.If(to_ram):
             m.d.sync += wr_ptr.eq(wr_ptr + 1)
         with m.If(from_ram):
@@ -114,26 +122,26 @@ class TokenCounter(wiring.Component):
 
     Attributes
     ----------
-    push, pop : In
-        Producer and consumer strobes (``push`` only when ``can_push``; ``pop`` only when
-        ``avail``).
-    can_push : Out
-        Fewer than ``depth`` tokens held at the start of the cycle.
-    avail : Out
-        A token is held, or is being pushed in this cycle.
+    producer : In(TokenPushSignature())
+        ``push`` (only when ``can_push``: fewer than ``depth`` tokens held at the start of the
+        cycle).
+    consumer : In(TokenPopSignature())
+        ``pop`` (only when ``avail``: a token is held, or is being pushed in this cycle).
     count : Out
     """
 
     def __init__(self, depth: int):
         _check_depth("TokenCounter", depth)
         self.depth = depth
-        super().__init__({"push": In(1), "pop": In(1), "can_push": Out(1), "avail": Out(1),
+        super().__init__({"producer": In(TokenPushSignature()),
+                          "consumer": In(TokenPopSignature()),
                           "count": Out(range(depth + 1))})
 
     def elaborate(self, platform):
         m = Module()
         cnt = Signal(range(self.depth + 1))
-        m.d.comb += [self.count.eq(cnt), self.can_push.eq(cnt < self.depth),
-                     self.avail.eq((cnt != 0) | self.push)]
-        m.d.sync += cnt.eq(cnt + self.push - self.pop)
+        push, pop = self.producer.push, self.consumer.pop
+        m.d.comb += [self.count.eq(cnt), self.producer.can_push.eq(cnt < self.depth),
+                     self.consumer.avail.eq((cnt != 0) | push)]
+        m.d.sync += cnt.eq(cnt + push - pop)
         return m

@@ -2,10 +2,11 @@
 
 At the start cycle ``s`` the unit presents the SRAM index of the first beat's elements to the
 OUT buffer (a block RAM with a registered read port); its write transfer is requested from
-``s + 1`` (``STORE_SETUP_CYCLES``). From then on the read index always points at the beat that
-will be sent next, so the data of a beat is ready in whatever cycle the port sends it, also
-after a preemption. Elements smaller than a bus word are placed in their byte lanes with byte
-strobes; a row occupies every bus word it touches and the bytes outside it are not written.
+``s + 1`` (:data:`~vtakit.vta_hw.timing_facts.STORE_SETUP_CYCLES`). From then on the read index
+always points at the beat that will be sent next, so the data of a beat is ready in whatever
+cycle the port sends it, also after a preemption. Elements smaller than a bus word are placed
+in their byte lanes with byte strobes; a row occupies every bus word it touches and the bytes
+outside it are not written.
 The instruction finishes the cycle after its last beat was sent; ``x_size = 0`` or
 ``y_size = 0`` finishes at ``s + 1``.
 """
@@ -17,20 +18,19 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.control import cmd_lookahead, cmd_members, unit_control
-from vtakit.vta_hw.dma import (
-    ADDR_BITS,
-    IDX_BITS,
-    ElemSizes,
-    elem_bytes,
-    lanes_of,
-    log_depth,
-    row_requests,
-)
+from vtakit.vta_hw.control import command_member, unit_control
+from vtakit.vta_hw.dma import ADDR_BITS, IDX_BITS, ElemSizes, lanes_of, row_requests
+from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
+from vtakit.vta_hw.timing_facts import NOP_CYCLES, STORE_SETUP_CYCLES, TOKEN_POPS, TOKEN_PUSHES
 
 __all__ = ["Store"]
+
+# The request path below asks for the first burst the cycle after the start (row_requests with
+# comb=False): the OUT buffer's registered read; empty STOREs finish the cycle after the start.
+assert STORE_SETUP_CYCLES == 1, "Store requests its first burst at s + 1"
+assert NOP_CYCLES == 1, "Store finishes an empty STORE at s + 1"
 
 
 def _log2(n: int) -> int:
@@ -46,14 +46,13 @@ class Store(wiring.Component):
 
     Attributes
     ----------
-    cmd_valid, cmd_data, cmd_take : the store command queue's head.
-    cmd_w_en, cmd_w_data : with a one-entry queue, its write port (``cmd_members``).
-    g2s_avail, g2s_pop, s2g_can_push, s2g_push : token queues.
-    req, addr, beats, grant : memory-port client (write).
-    wr_beat : In
-        The port sends a beat of this unit in this cycle.
-    wr_data, wr_strb : Out
-        That beat.
+    cmd : In(CommandSignature)
+        The store command queue (:func:`~vtakit.vta_hw.control.command_member`).
+    g2s : Out(TokenPopSignature()), s2g : Out(TokenPushSignature())
+        Token queues.
+    mem : Out(MemClientSignature(cfg, write=True))
+        The memory-port client (write): ``wr_beat`` is high when the port sends a beat of this
+        unit, ``wr_data`` and ``wr_strb`` are that beat.
     out_r_addr, out_r_data : OUT buffer read lanes.
     """
 
@@ -62,14 +61,11 @@ class Store(wiring.Component):
             raise TypeError(f"Store: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         r = lanes_of(cfg, MemType.OUT)
-        eb = elem_bytes(cfg, MemType.OUT)
+        eb = cfg.elem_bytes(MemType.OUT)
         super().__init__({
-            **cmd_members(cfg),
-            "g2s_avail": In(1), "g2s_pop": Out(1), "s2g_can_push": In(1), "s2g_push": Out(1),
-            "req": Out(1), "addr": Out(ADDR_BITS),
-            "beats": Out(range(1, cfg.mem_max_burst_beats + 1)),
-            "grant": In(1), "wr_beat": In(1),
-            "wr_data": Out(cfg.bus_width_bits), "wr_strb": Out(cfg.bus_bytes),
+            "cmd": command_member(cfg),
+            "g2s": Out(TokenPopSignature()), "s2g": Out(TokenPushSignature()),
+            "mem": Out(MemClientSignature(cfg, write=True)),
             "out_r_addr": Out(IDX_BITS),
             "out_r_data": In(data.ArrayLayout(unsigned(8 * eb), r)),
             "idle": Out(1),
@@ -81,14 +77,15 @@ class Store(wiring.Component):
         lay = insn_layouts(cfg).mem
         W = cfg.bus_bytes
         lw = _log2(W)
-        eb = elem_bytes(cfg, MemType.OUT)
+        eb = cfg.elem_bytes(MemType.OUT)
         le = _log2(eb)
-        iw = log_depth(cfg, MemType.OUT)
+        iw = cfg.log_depth(MemType.OUT)
         fin, fin_next = Signal(), Signal()
-        ctl = unit_control(m, "store", lay, self.cmd_valid, self.cmd_data, self.cmd_take,
-                           [("pop_prev", self.g2s_avail, self.g2s_pop)],
-                           [("push_prev", self.s2g_can_push, self.s2g_push)], fin,
-                           **cmd_lookahead(self, fin_next))
+        tokens = {"g2s": self.g2s, "s2g": self.s2g}
+        ctl = unit_control(m, "store", lay, self.cmd,
+                           [(flag, tokens[q]) for flag, q in TOKEN_POPS["store"]],
+                           [(flag, tokens[q]) for flag, q in TOKEN_PUSHES["store"]], fin,
+                           fin_next)
         m.d.comb += self.idle.eq(ctl.idle)
         # the instruction: in ctl's register from the start cycle to the cycle before the
         # finish (nothing below reads it in the finish cycle)
@@ -105,11 +102,11 @@ class Store(wiring.Component):
         req, addr, beats = row_requests(
             m, "sq", cfg, load=ctl.start, comb=False, active=x_any & y_any,
             a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
-            grant=self.grant)
-        m.d.comb += [self.req.eq(req), self.addr.eq(addr), self.beats.eq(beats)]
+            grant=self.mem.grant)
+        m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- beat pointer: registers describe the beat sent next -----------------------------
-        send = self.wr_beat
+        send = self.mem.wr_beat
         d_first = Signal()  # it is the first beat of a row
         d_off = Signal(lw)  # byte offset of the current row's first byte in its first word
         d_rows = Signal(len(y))  # rows left, the current one included
@@ -156,8 +153,8 @@ class Store(wiring.Component):
         # the current beat's data and strobes
         if eb >= W:
             elem = self.out_r_data[0]
-            m.d.comb += self.wr_data.eq(elem.word_select(part, W * 8) if k > 1 else elem)
-            m.d.comb += self.wr_strb.eq(Const((1 << W) - 1, W))
+            m.d.comb += self.mem.wr_data.eq(elem.word_select(part, W * 8) if k > 1 else elem)
+            m.d.comb += self.mem.wr_strb.eq(Const((1 << W) - 1, W))
         else:
             lanes = []
             strb = []
@@ -165,7 +162,7 @@ class Store(wiring.Component):
                 ok = (~d_first | (lane0(d_off) <= j)) & (~last | (last_off[le:] >= j))
                 lanes.append(self.out_r_data[j])
                 strb.append(ok.replicate(eb))
-            m.d.comb += [self.wr_data.eq(Cat(*lanes)), self.wr_strb.eq(Cat(*strb))]
+            m.d.comb += [self.mem.wr_data.eq(Cat(*lanes)), self.mem.wr_strb.eq(Cat(*strb))]
 
         # ---- phases ---------------------------------------------------------------------------
         XFER, FIN = 1, 2

@@ -18,6 +18,7 @@ from vtakit.vta_hw.compute import Compute
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.dma import lanes_of
 from vtakit.vta_hw.fetch import Fetch
+from vtakit.vta_hw.interfaces import ADDR_BITS
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.load import Load
 from vtakit.vta_hw.mem_port import MemPort
@@ -46,68 +47,74 @@ class Core(wiring.Component):
             raise TypeError(f"Core: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg.validate()
         mb, bus = cfg.mem_max_burst_beats, cfg.bus_width_bits
+        # The memory ports are flat (``mem_rd_valid``, ...), not a MemBusSignature member
+        # (``mem__rd_valid``): the Verilog port names are the interface of docs/hardware.md
+        # that the RTL bench and the boards' SoCs connect to.
         super().__init__({
             "start": In(1), "insn_addr": In(32), "insn_count": In(32),
             "done": Out(1), "cycles": Out(32), "hw_ver": Out(32), "hw_id": Out(32),
-            "mem_rd_valid": Out(1), "mem_rd_addr": Out(32), "mem_rd_beats": Out(range(1, mb + 1)),
+            "mem_rd_valid": Out(1), "mem_rd_addr": Out(ADDR_BITS),
+            "mem_rd_beats": Out(range(1, mb + 1)),
             "mem_rd_data_valid": In(1), "mem_rd_data": In(bus),
-            "mem_wr_valid": Out(1), "mem_wr_addr": Out(32), "mem_wr_beats": Out(range(1, mb + 1)),
+            "mem_wr_valid": Out(1), "mem_wr_addr": Out(ADDR_BITS),
+            "mem_wr_beats": Out(range(1, mb + 1)),
             "mem_wr_data_valid": Out(1), "mem_wr_data": Out(bus), "mem_wr_strb": Out(bus // 8),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
+        connect = wiring.connect
         m.d.comb += [self.hw_ver.eq(hw_ver_word()), self.hw_id.eq(cfg.hash_u32)]
         port = m.submodules.mem_port = MemPort(cfg)
         fetch = m.submodules.fetch = Fetch(cfg)
         load = m.submodules.load = Load(cfg)
         compute = m.submodules.compute = Compute(cfg)
         store = m.submodules.store = Store(cfg)
-        queues = {q: CmdQueue(cfg.cmd_queue_depth) for q in ("load", "compute", "store")}
-        for q, mod in queues.items():
-            m.submodules[f"{q}_queue"] = mod
-        tokens = {t: TokenCounter(cfg.dep_queue_depth) for t in ("l2g", "g2l", "g2s", "s2g")}
-        for t, mod in tokens.items():
-            m.submodules[f"{t}_tokens"] = mod
+        load_q = m.submodules.load_queue = CmdQueue(cfg.cmd_queue_depth)
+        compute_q = m.submodules.compute_queue = CmdQueue(cfg.cmd_queue_depth)
+        store_q = m.submodules.store_queue = CmdQueue(cfg.cmd_queue_depth)
+        l2g = m.submodules.l2g_tokens = TokenCounter(cfg.dep_queue_depth)
+        g2l = m.submodules.g2l_tokens = TokenCounter(cfg.dep_queue_depth)
+        g2s = m.submodules.g2s_tokens = TokenCounter(cfg.dep_queue_depth)
+        s2g = m.submodules.s2g_tokens = TokenCounter(cfg.dep_queue_depth)
 
-        # memory side
-        for name in ("mem_rd_valid", "mem_rd_addr", "mem_rd_beats", "mem_wr_valid",
-                     "mem_wr_addr", "mem_wr_beats", "mem_wr_data_valid", "mem_wr_data",
-                     "mem_wr_strb"):
-            m.d.comb += getattr(self, name).eq(getattr(port, name))
-        m.d.comb += [port.mem_rd_data_valid.eq(self.mem_rd_data_valid),
-                     port.mem_rd_data.eq(self.mem_rd_data)]
-        for c, unit in (("fetch", fetch), ("compute", compute), ("load", load), ("store", store)):
-            m.d.comb += [getattr(port, f"{c}_req").eq(unit.req),
-                         getattr(port, f"{c}_addr").eq(unit.addr),
-                         getattr(port, f"{c}_beats").eq(unit.beats),
-                         unit.grant.eq(getattr(port, f"{c}_grant"))]
-            if c != "store":
-                m.d.comb += [unit.rd_valid.eq(getattr(port, f"{c}_rd_valid")),
-                             unit.rd_data.eq(port.rd_data)]
-        m.d.comb += [store.wr_beat.eq(port.store_wr_beat),
-                     port.store_wr_data.eq(store.wr_data), port.store_wr_strb.eq(store.wr_strb)]
+        # memory side: the port's bus is the core's mem_* ports
+        bus = port.bus
+        m.d.comb += [
+            self.mem_rd_valid.eq(bus.rd_valid), self.mem_rd_addr.eq(bus.rd_addr),
+            self.mem_rd_beats.eq(bus.rd_beats),
+            bus.rd_data_valid.eq(self.mem_rd_data_valid), bus.rd_data.eq(self.mem_rd_data),
+            self.mem_wr_valid.eq(bus.wr_valid), self.mem_wr_addr.eq(bus.wr_addr),
+            self.mem_wr_beats.eq(bus.wr_beats), self.mem_wr_data_valid.eq(bus.wr_data_valid),
+            self.mem_wr_data.eq(bus.wr_data), self.mem_wr_strb.eq(bus.wr_strb),
+        ]
+        # the port's clients (MemClientSignature)
+        connect(m, fetch.mem, port.fetch)
+        connect(m, compute.mem, port.compute)
+        connect(m, load.mem, port.load)
+        connect(m, store.mem, port.store)
 
-        # fetch → command queues → units
+        # fetch → command queues → units (CommandWriteSignature, CommandSignature)
         m.d.comb += [fetch.start.eq(self.start), fetch.insn_addr.eq(self.insn_addr),
                      fetch.insn_count.eq(self.insn_count)]
-        for q, unit in (("load", load), ("compute", compute), ("store", store)):
-            mod = queues[q]
-            m.d.comb += [mod.w_en.eq(getattr(fetch, f"{q}_w_en")), mod.w_data.eq(fetch.w_data),
-                         getattr(fetch, f"{q}_full").eq(mod.full),
-                         unit.cmd_valid.eq(mod.r_valid), unit.cmd_data.eq(mod.r_data),
-                         mod.r_en.eq(unit.cmd_take)]
-            if cfg.cmd_queue_depth == 1:  # the unit snoops its queue's writes
-                m.d.comb += [unit.cmd_w_en.eq(mod.w_en), unit.cmd_w_data.eq(mod.w_data)]
-        # token queues: producer pushes, consumer pops
-        for t, prod, cons in (("l2g", load, compute), ("g2l", compute, load),
-                              ("g2s", compute, store), ("s2g", store, compute)):
-            mod = tokens[t]
-            m.d.comb += [mod.push.eq(getattr(prod, f"{t}_push")),
-                         getattr(prod, f"{t}_can_push").eq(mod.can_push),
-                         mod.pop.eq(getattr(cons, f"{t}_pop")),
-                         getattr(cons, f"{t}_avail").eq(mod.avail)]
+        connect(m, fetch.load_cmd, load_q.w)
+        connect(m, fetch.compute_cmd, compute_q.w)
+        connect(m, fetch.store_cmd, store_q.w)
+        connect(m, load_q.r, load.cmd)
+        connect(m, compute_q.r, compute.cmd)
+        connect(m, store_q.r, store.cmd)
+
+        # token queues: producer pushes, consumer pops (TokenPushSignature, TokenPopSignature;
+        # who pushes and pops which: vta_hw.timing_facts.TOKEN_PUSHES / TOKEN_POPS)
+        connect(m, load.l2g, l2g.producer)
+        connect(m, compute.l2g, l2g.consumer)
+        connect(m, compute.g2l, g2l.producer)
+        connect(m, load.g2l, g2l.consumer)
+        connect(m, compute.g2s, g2s.producer)
+        connect(m, store.g2s, g2s.consumer)
+        connect(m, store.s2g, s2g.producer)
+        connect(m, compute.s2g, s2g.consumer)
 
         # on-chip buffers
         def sram(name, width, depth, banks, w_lanes, r_lanes):

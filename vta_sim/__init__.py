@@ -8,11 +8,18 @@
     print(stats.summary())
 """
 
-from .errors import CycleLimitError, DeadlockError, DeviceError
+from .errors import (
+           CycleLimitError,
+           DeadlockError,
+           DeviceError,
+           SimCycleLimit,
+           SimDeadlock,
+           SimError,
+)
 from .image import RunImage
 from .simulator import Simulator
 from .state import ArchState
 from .stats import SimStats, UnitStats
 
-__all__ = ["Simulator", "SimStats", "UnitStats", "ArchState", "RunImage", "DeviceError",
-           "DeadlockError", "CycleLimitError"]
+__all__ = ["Simulator", "SimStats", "UnitStats", "ArchState", "RunImage", "SimError",
+           "SimDeadlock", "SimCycleLimit", "DeviceError", "DeadlockError", "CycleLimitError"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .errors import DeviceError
+from .errors import SimError
 from .image import RunImage
 
 __all__ = ["sim_command"]
@@ -24,6 +24,6 @@ def sim_command(image: str, no_timing: bool, trace: str | None,
         click.echo(img.description)
     try:
         stats, _ = img.run(timing=not no_timing, cycle_limit=cycle_limit, trace=trace)
-    except DeviceError as err:
+    except SimError as err:
         raise click.ClickException(str(err)) from None
     click.echo(stats.summary())

@@ -1,10 +1,18 @@
-"""Errors the simulator raises: always with the instruction index and its decoded fields."""
+"""Errors the simulator raises: always with the instruction index and its decoded fields.
+
+These are the simulator's own faults, as :class:`~vtakit.vta_hw.sim.RtlProtocolError` is the RTL
+bench's. The device contract's errors (:class:`vtakit.driver.DeviceError`, ``DeadlockError``,
+``CycleLimitError``) live in the driver, which sits above the simulator (``driver -> vta_sim``);
+the ``sim`` device turns a :class:`SimError` into the driver's error of the same kind, keeping
+its message, ``index`` and ``insn``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["DeviceError", "DeadlockError", "CycleLimitError", "ExecFault", "format_insn"]
+__all__ = ["SimError", "SimDeadlock", "SimCycleLimit", "ExecFault", "format_insn",
+           "DeviceError", "DeadlockError", "CycleLimitError"]
 
 
 def format_insn(insn: Mapping[str, int] | None) -> str:
@@ -16,8 +24,8 @@ def format_insn(insn: Mapping[str, int] | None) -> str:
     return f"{kind}(" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")"
 
 
-class DeviceError(Exception):
-    """The accelerator could not execute a stream.
+class SimError(Exception):
+    """The simulator could not execute a stream (a device error of the ``sim`` device).
 
     Attributes
     ----------
@@ -35,14 +43,22 @@ class DeviceError(Exception):
         super().__init__(where + message)
 
 
-class DeadlockError(DeviceError):
+class SimDeadlock(SimError):
     """Every unit waits for a dependency token that nobody will push."""
 
 
-class CycleLimitError(DeviceError):
+class SimCycleLimit(SimError):
     """The run did not finish within the ``cycle_limit`` it was given."""
 
 
 class ExecFault(Exception):
     """Raised by :mod:`.semantics` (which knows no instruction index); the caller wraps it in a
-    :class:`DeviceError`."""
+    :class:`SimError`."""
+
+
+# The names these classes had before the device contract moved to the driver, kept for code
+# written against them; the driver's errors derive from these, so catching them also catches
+# what any device raises.
+DeviceError = SimError
+DeadlockError = SimDeadlock
+CycleLimitError = SimCycleLimit

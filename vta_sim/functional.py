@@ -12,15 +12,14 @@ import numpy as np
 
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import MemType, Opcode
+from vtakit.vta_hw.timing_facts import TOKEN_POPS, TOKEN_PUSHES, n_uops
 
 from . import semantics
-from .errors import DeadlockError, DeviceError, ExecFault
+from .errors import ExecFault, SimDeadlock, SimError
 from .program import COMPUTE_UNIT, LOAD_UNIT, STORE_UNIT, Program
 from .state import ArchState
 from .stats import SimStats
-from .timing import check_tokens, n_uops
-from .units.execute import POPS as _POPS
-from .units.execute import PUSHES as _PUSHES
+from .timing import check_tokens
 
 __all__ = ["run_functional"]
 
@@ -41,8 +40,8 @@ def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Prog
             while pos[u] < len(q):
                 k = q[pos[u]]
                 insn = prog.insns[k]
-                pops = [t for flag, t in _POPS[u] if insn[flag]]
-                pushes = [t for flag, t in _PUSHES[u] if insn[flag]]
+                pops = [t for flag, t in TOKEN_POPS[u] if insn[flag]]
+                pushes = [t for flag, t in TOKEN_PUSHES[u] if insn[flag]]
                 if any(tokens[t] == 0 for t in pops):
                     break
                 if any(tokens[t] - (t in pops) >= depth for t in pushes):
@@ -52,8 +51,8 @@ def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Prog
                 try:
                     semantics.execute(state, dram, insn)
                 except ExecFault as err:
-                    raise DeviceError(str(err), k, insn) from None
-                _count(cfg, stats, insn)
+                    raise SimError(str(err), k, insn) from None
+                _count(cfg, stats, u, insn)
                 for t in pushes:
                     tokens[t] += 1
                 pos[u] += 1
@@ -70,50 +69,42 @@ def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Prog
             k = queues[u][pos[u]]
             insn = prog.insns[k]
             blamed = k if blamed is None or u == COMPUTE_UNIT else blamed
-            waits = [f"{t} ({flag})" for flag, t in _POPS[u] if insn[flag] and tokens[t] == 0]
-            full = [t for flag, t in _PUSHES[u] if insn[flag] and tokens[t] >= depth]
+            waits = [f"{t} ({flag})" for flag, t in TOKEN_POPS[u] if insn[flag] and tokens[t] == 0]
+            full = [t for flag, t in TOKEN_PUSHES[u] if insn[flag] and tokens[t] >= depth]
             what = ("token " + " and ".join(waits)) if waits else (
                 "space in token queue " + " and ".join(full))
             parts.append(f"{u}: #{k} {insn['kind']} waiting for {what}")
         counts = ", ".join(f"{q}={n}" for q, n in tokens.items())
-        raise DeadlockError(
+        raise SimDeadlock(
             f"deadlock: every unit waits for a token nobody will push ({'; '.join(parts)}; "
             f"token counts {counts}; expected each pop to be matched by an earlier push)",
             blamed, prog.insns[blamed] if blamed is not None else None)
     for u in (LOAD_UNIT, STORE_UNIT):
         if pos[u] < len(queues[u]):
             k = queues[u][pos[u]]
-            raise DeviceError(f"FINISH completed while the {u} unit still had this instruction "
-                              f"to execute (expected the compute unit to pop a token from the "
-                              f"{u} unit before FINISH)", k, prog.insns[k])
+            raise SimError(f"FINISH completed while the {u} unit still had this instruction "
+                           f"to execute (expected the compute unit to pop a token from the "
+                           f"{u} unit before FINISH)", k, prog.insns[k])
     check_tokens(tokens, prog)
 
 
-def _count(cfg: HwConfig, stats: SimStats, insn: dict[str, int]) -> None:
+def _count(cfg: HwConfig, stats: SimStats, unit: str, insn: dict[str, int]) -> None:
+    """Count ``insn``, executed by ``unit``, in ``stats``."""
     op = insn["opcode"]
     name = Opcode(op).name
     stats.insn_counts[name] = stats.insn_counts.get(name, 0) + 1
-    unit = stats.units
+    stats.units[unit].insns += 1
     if op == Opcode.GEMM:
         nu = n_uops(insn)
         stats.gemm_uops += nu
         if not insn["reset"]:
             stats.gemm_macs += nu * cfg.macs_per_cycle
-        unit[COMPUTE_UNIT].insns += 1
     elif op == Opcode.ALU:
         stats.alu_uops += n_uops(insn)
-        unit[COMPUTE_UNIT].insns += 1
     elif op in (Opcode.LOAD, Opcode.STORE) and insn["x_size"]:
-        nbytes = insn["x_size"] * insn["y_size"] * semantics.elem_bytes(cfg,
-                                                                        insn["memory_type"])
+        nbytes = insn["x_size"] * insn["y_size"] * cfg.elem_bytes(insn["memory_type"])
         if op == Opcode.STORE:
             stats.dram_write_bytes += nbytes
-            unit[STORE_UNIT].insns += 1
         else:
             mt = MemType(insn["memory_type"]).name
             stats.dram_read_bytes[mt] = stats.dram_read_bytes.get(mt, 0) + nbytes
-            unit[LOAD_UNIT if mt in ("INP", "WGT") else COMPUTE_UNIT].insns += 1
-    else:
-        unit[STORE_UNIT if op == Opcode.STORE else
-             LOAD_UNIT if insn.get("memory_type") in (MemType.INP, MemType.WGT)
-             and op == Opcode.LOAD else COMPUTE_UNIT].insns += 1

@@ -9,8 +9,9 @@ import numpy as np
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
+from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES
 
-from .errors import DeviceError
+from .errors import SimError
 
 __all__ = ["Program", "decode_program", "LOAD_UNIT", "COMPUTE_UNIT", "STORE_UNIT", "kind_of"]
 
@@ -50,15 +51,16 @@ class Program:
 
 
 def _unit_of(op: int, mt: int) -> str:
+    """The fetch unit's routing rule (docs/timing.md §3)."""
     if op == Opcode.STORE:
         return STORE_UNIT
-    if op == Opcode.LOAD and mt in (MemType.INP, MemType.WGT):
+    if op == Opcode.LOAD and mt in LOAD_UNIT_MEMORY_TYPES:
         return LOAD_UNIT
     return COMPUTE_UNIT
 
 
 def decode_program(raw: np.ndarray, cfg: HwConfig) -> Program:
-    """Decode and check ``raw`` (the stream's bytes); ``DeviceError`` for a malformed
+    """Decode and check ``raw`` (the stream's bytes); ``SimError`` for a malformed
     instruction, a memory type the unit cannot move, no FINISH, or instructions after FINISH."""
     ds = isa.decode_stream(raw, cfg)
     lay = isa.layouts(cfg)
@@ -97,25 +99,25 @@ def decode_program(raw: np.ndarray, cfg: HwConfig) -> Program:
         else:
             what = (f"memory_type {insn['memory_type']} is not one of "
                     f"{', '.join(f'{o.name}={o.value}' for o in MemType)}")
-        raise DeviceError(f"malformed instruction: {what}", k, insn)
+        raise SimError(f"malformed instruction: {what}", k, insn)
     unit = []
     for k, insn in enumerate(insns):
         op = insn["opcode"]
         mt = insn.get("memory_type", -1)
         if op == Opcode.STORE and mt != MemType.OUT:
-            raise DeviceError(f"STORE of memory_type {MemType(mt).name} is not supported "
-                              f"(expected OUT)", k, insn)
+            raise SimError(f"STORE of memory_type {MemType(mt).name} is not supported "
+                           f"(expected OUT)", k, insn)
         if op == Opcode.LOAD and mt == MemType.OUT:
-            raise DeviceError("LOAD of memory_type OUT is not supported (expected UOP, WGT, "
-                              "INP, ACC or ACC_8BIT)", k, insn)
+            raise SimError("LOAD of memory_type OUT is not supported (expected UOP, WGT, "
+                           "INP, ACC or ACC_8BIT)", k, insn)
         unit.append(_unit_of(op, mt))
     finishes = [k for k, op in enumerate(opcodes) if op == Opcode.FINISH]
     if not finishes:
         last = insns[-1] if insns else None
-        raise DeviceError(f"no FINISH within insn_count={n} instructions (expected the stream "
-                          f"to end with FINISH)", n - 1 if n else None, last)
+        raise SimError(f"no FINISH within insn_count={n} instructions (expected the stream "
+                       f"to end with FINISH)", n - 1 if n else None, last)
     if finishes[0] != n - 1:
         k = finishes[0] + 1
-        raise DeviceError(f"instruction after FINISH (FINISH is #{finishes[0]}; expected FINISH "
-                          f"to be the last of the {n} instructions)", k, insns[k])
+        raise SimError(f"instruction after FINISH (FINISH is #{finishes[0]}; expected FINISH "
+                       f"to be the last of the {n} instructions)", k, insns[k])
     return Program(insns, unit)

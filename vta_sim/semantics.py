@@ -23,33 +23,9 @@ from vtakit.vta_hw.isa import AluOp, MemType, Opcode
 from .errors import ExecFault
 from .state import ArchState
 
-__all__ = ["execute", "load", "store", "gemm", "alu", "loop_indices", "elem_bytes"]
+__all__ = ["execute", "load", "store", "gemm", "alu", "loop_indices"]
 
 Insn = Mapping[str, int]
-
-
-_EB_CACHE: dict[int, tuple[object, tuple[int, ...]]] = {}
-
-
-def _elem_bytes_table(cfg) -> tuple[int, ...]:
-    # cached by identity: hashing a config on every instruction costs more than the lookup
-    hit = _EB_CACHE.get(id(cfg))
-    if hit is not None and hit[0] is cfg:
-        return hit[1]
-    table = {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes,
-             MemType.INP: cfg.inp_elem_bytes, MemType.ACC: cfg.acc_elem_bytes,
-             MemType.OUT: cfg.out_elem_bytes, MemType.ACC_8BIT: cfg.batch * cfg.block_out}
-    result = tuple(table[MemType(k)] for k in range(len(MemType)))
-    if len(_EB_CACHE) >= 64:
-        _EB_CACHE.clear()
-    _EB_CACHE[id(cfg)] = (cfg, result)  # holding cfg keeps id(cfg) from being reused
-    return result
-
-
-def elem_bytes(cfg, memory_type: int) -> int:
-    """Bytes of one DRAM element of ``memory_type`` (``dram_base`` counts these): UOP 4,
-    ACC_8BIT ``batch * block_out``, the others their SRAM element size."""
-    return _elem_bytes_table(cfg)[memory_type]
 
 
 _BUFFERS = {MemType.UOP: ("uop", "UOP", "<u4"), MemType.WGT: ("wgt", "WGT", "i1"),
@@ -111,7 +87,7 @@ def load(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
     rows, cols = y0 + y + y1, x0 + x + x1
     attr, name, dtype = _BUFFERS[mt]  # type: ignore[index]
     buf = getattr(state, attr)
-    eb = _elem_bytes_table(state.cfg)[mt]
+    eb = state.cfg.elem_bytes(mt)
     base = insn["sram_base"]
     if base + rows * cols > buf.shape[0]:
         _sram_check(name, buf.shape[0], base, rows * cols)
@@ -148,7 +124,7 @@ def store(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
     if x == 0 or y == 0:
         return
     buf, name, dtype = _buffer(state, mt)
-    eb = elem_bytes(state.cfg, mt)
+    eb = state.cfg.elem_bytes(mt)
     base = insn["sram_base"]
     _sram_check(name, buf.shape[0], base, y * x)
     _dram_check(dram, insn, eb)

@@ -64,8 +64,9 @@ class Simulator:
         time to draw). ``trace`` names a Chrome-trace / Perfetto JSON file to write, one track
         per unit and one for the memory port (written even when the run fails).
 
-        Raises :class:`DeviceError` (or :class:`DeadlockError`, :class:`CycleLimitError`)
-        naming the offending instruction.
+        Raises :class:`~vtakit.vta_sim.errors.SimError` (or ``SimDeadlock``,
+        ``SimCycleLimit``) naming the offending instruction; the driver's ``sim`` device turns
+        them into :class:`vtakit.driver.DeviceError` and its subclasses.
         """
         if insn_addr < 0 or insn_addr % isa.INSN_BYTES:
             raise ValueError(f"insn_addr={insn_addr:#x} must be a non-negative multiple of "

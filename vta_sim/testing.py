@@ -43,13 +43,6 @@ _R = 32               # SRAM rows per buffer and thread that a program uses
 _SET = 8              # micro-ops per (thread, GEMM/ALU) set
 
 
-def _elem(cfg: HwConfig, mt: MemType) -> int:
-    return {MemType.UOP: cfg.uop_elem_bytes, MemType.INP: cfg.inp_elem_bytes,
-            MemType.WGT: cfg.wgt_elem_bytes, MemType.ACC: cfg.acc_elem_bytes,
-            MemType.OUT: cfg.out_elem_bytes,
-            MemType.ACC_8BIT: cfg.batch * cfg.block_out}[mt]
-
-
 def _mem(opcode: Opcode, mt: MemType, sram: int, dram: int, y: int, x: int, stride: int,
          pads: tuple[int, int, int, int] = (0, 0, 0, 0)) -> MemInsn:
     return MemInsn(opcode=opcode, memory_type=mt, sram_base=sram, dram_base=dram, y_size=y,
@@ -90,7 +83,7 @@ class _Gen:
         """A random in-range 2-D load (or store) of half ``t``."""
         buf = {MemType.INP: "inp", MemType.WGT: "wgt", MemType.ACC: "acc",
                MemType.ACC_8BIT: "acc", MemType.OUT: "acc"}[mt]
-        e = _elem(self.cfg, mt)
+        e = self.cfg.elem_bytes(mt)
         while True:
             y, x = self.r(0, 3), self.r(1, 4)
             pads = ((0, 0, 0, 0) if opcode == Opcode.STORE
@@ -134,7 +127,7 @@ class _Gen:
             return self.load(MemType.ACC if self.r(0, 1) else MemType.ACC_8BIT, t)
         if kind == "uop":  # reload a set of micro-ops with the same contents
             at = self.set_at[(self.r(0, self.threads - 1), self.r(0, 1))]
-            return _mem(Opcode.LOAD, MemType.UOP, at, _UOPS // 4 + at, 1, _SET, _SET)
+            return _mem(Opcode.LOAD, MemType.UOP, at, _UOPS // isa.UOP_BYTES + at, 1, _SET, _SET)
         return GemmInsn(uop_bgn=self.set_at[(t, 0)], uop_end=self.set_at[(t, 0)])
 
     def stage(self, make, n: int, nop: isa.Insn) -> list[isa.Insn]:
@@ -161,20 +154,20 @@ def random_program(cfg: HwConfig, seed: int, *, phases: int | None = None,
     dram = np.zeros(IMAGE_BYTES, np.uint8)
     dram[:_DATA] = rng.integers(0, 256, _DATA, dtype=np.uint8)
     uops = g.uops()
-    dram[_UOPS:_UOPS + 4 * len(uops)] = isa.encode_uops(uops, cfg).view(np.uint8)
+    dram[_UOPS:_UOPS + isa.UOP_BYTES * len(uops)] = isa.encode_uops(uops, cfg).view(np.uint8)
     L, S = Opcode.LOAD, Opcode.STORE
     load_nop = _mem(L, MemType.INP, 0, 0, 0, 0, 0)
     store_nop = _mem(S, MemType.OUT, 0, 0, 0, 0, 0)
     prog: list[isa.Insn] = []
     for t in range(2):
         for mt, buf in ((MemType.INP, "inp"), (MemType.WGT, "wgt")):
-            prog.append(_mem(L, mt, g.base[buf][t], g.r(0, _DATA // _elem(cfg, mt) - _R), 1,
-                             _R, _R))
+            prog.append(_mem(L, mt, g.base[buf][t], g.r(0, _DATA // cfg.elem_bytes(mt) - _R),
+                             1, _R, _R))
     prog[-1] = isa.replace(prog[-1], push_next=1)
-    prog.append(_mem(L, MemType.UOP, 0, _UOPS // 4, 1, len(uops), len(uops)))
+    prog.append(_mem(L, MemType.UOP, 0, _UOPS // isa.UOP_BYTES, 1, len(uops), len(uops)))
     for t in range(2):
         prog.append(_mem(L, MemType.ACC, g.base["acc"][t],
-                         g.r(0, _DATA // cfg.acc_elem_bytes - _R), 1, _R, _R))
+                         g.r(0, _DATA // cfg.elem_bytes(MemType.ACC) - _R), 1, _R, _R))
     for t in range(2):
         prog.append(AluInsn(uop_bgn=t, uop_end=t + 1, iter_out=_R, dst_factor_out=1,
                             src_factor_out=1, alu_opcode=AluOp.ADD, use_imm=1, imm=0,

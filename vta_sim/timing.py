@@ -14,27 +14,30 @@ import os
 import numpy as np
 
 from vtakit.vta_hw.config import HwConfig
-
-from .errors import CycleLimitError, DeadlockError, DeviceError
-from .program import COMPUTE_UNIT, LOAD_UNIT, STORE_UNIT, Program
-from .state import ArchState
-from .stats import SimStats
-from .units.execute import (
+from vtakit.vta_hw.timing_facts import (
     ALU_PIPELINE_CYCLES,
     GEMM_PIPELINE_CYCLES,
-    POPS,
+    PORT_PRIORITY,
+    TOKEN_POPS,
     alu_cycles,
     gemm_cycles,
     n_uops,
     pad_elems,
-    unit,
 )
+
+from .errors import SimCycleLimit, SimDeadlock, SimError
+from .program import COMPUTE_UNIT, LOAD_UNIT, STORE_UNIT, Program
+from .state import ArchState
+from .stats import SimStats
+from .units.execute import unit
 from .units.fetch import fetch
 from .units.kernel import CmdQueue, Kernel, Proc, TokenQueue
-from .units.port import PRIORITY, MemoryPort
+from .units.port import MemoryPort
 
+# The timing contract's constants and closed forms are vta_hw.timing_facts's, re-exported here
+# for users of the simulator's cycle model.
 __all__ = ["run_timed", "TimedRun", "check_tokens", "GEMM_PIPELINE_CYCLES",
-           "ALU_PIPELINE_CYCLES", "PRIORITY", "gemm_cycles", "alu_cycles", "pad_elems",
+           "ALU_PIPELINE_CYCLES", "PORT_PRIORITY", "gemm_cycles", "alu_cycles", "pad_elems",
            "n_uops"]
 
 EXEC_UNITS = (LOAD_UNIT, COMPUTE_UNIT, STORE_UNIT)
@@ -54,7 +57,7 @@ class TimedRun:
         self.cycle_limit = cycle_limit
         self.trace: list[dict] | None = [] if tracing else None
         self.done_at: int | None = None
-        flags = {(u, t): flag for u in EXEC_UNITS for flag, t in POPS[u]}
+        flags = {(u, t): flag for u in EXEC_UNITS for flag, t in TOKEN_POPS[u]}
         self.kernel = Kernel(flags)
         self.kernel.port = MemoryPort(self.kernel, cfg, self.trace)
         self.cmdq = {u: CmdQueue(u, cfg.cmd_queue_depth) for u in EXEC_UNITS}
@@ -107,14 +110,14 @@ class TimedRun:
 
     def _raise_deadlock(self) -> None:
         k = self._blamed()
-        raise DeadlockError(
+        raise SimDeadlock(
             f"deadlock at cycle {self.kernel.now}: every unit waits for a token nobody will "
             f"push ({self._describe_units()}; expected each pop to be matched by an earlier "
             f"push)", k, self.prog.insns[k] if k is not None else None)
 
     def _raise_limit(self, limit: int) -> None:
         k = self._blamed()
-        raise CycleLimitError(
+        raise SimCycleLimit(
             f"cycle limit {limit} reached before FINISH completed ({self._describe_units()})",
             k, self.prog.insns[k] if k is not None else None)
 
@@ -124,7 +127,7 @@ class TimedRun:
             q = self.cmdq[name]
             if proc.index is not None or q.entries:
                 k = proc.index if proc.index is not None else q.entries[0][1]
-                raise DeviceError(
+                raise SimError(
                     f"FINISH completed at cycle {self.done_at} while the {name} unit still had "
                     f"this instruction to finish (expected the compute unit to pop a token "
                     f"from the {name} unit before FINISH)", k, self.prog.insns[k])
@@ -150,7 +153,7 @@ def check_tokens(counts: dict[str, int], prog: Program) -> None:
     left = {q: n for q, n in counts.items() if n}
     if left:
         k = len(prog.insns) - 1
-        raise DeviceError(
+        raise SimError(
             "run ended with tokens still in the dependency queues "
             + ", ".join(f"{q}={n}" for q, n in left.items())
             + " (expected every push to be popped before FINISH)", k, prog.insns[k])

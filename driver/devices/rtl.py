@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
+from vtakit.driver.errors import CycleLimitError, DeviceError
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
@@ -101,10 +102,9 @@ class RtlDevice(HostMemoryDevice):
 
     def wait(self, timeout_s: float) -> RunResult:
         """Simulate the pending run; ``TimeoutError`` after ``timeout_s`` wall-clock seconds,
-        :class:`~vtakit.vta_sim.errors.DeviceError` if the core breaks the memory protocol or
-        exceeds ``cycle_limit``."""
+        :class:`~vtakit.driver.errors.DeviceError` if the core breaks the memory protocol,
+        :class:`~vtakit.driver.errors.CycleLimitError` if it exceeds ``cycle_limit``."""
         from vtakit.vta_hw.sim import RtlCycleLimit, RtlProtocolError
-        from vtakit.vta_sim.errors import CycleLimitError, DeviceError
 
         if self._pending is None:
             raise RuntimeError("wait() without a run(): nothing is running on the rtl device")

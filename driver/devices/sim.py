@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
+from vtakit.driver.errors import CycleLimitError, DeadlockError, DeviceError
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
@@ -56,13 +57,22 @@ class SimDevice(HostMemoryDevice):
         """Simulate the pending run in the calling thread.
 
         A stream is finite and the simulator detects deadlock, so every run ends; ``timeout_s``
-        is not needed to stop it. ``cycle_limit`` (constructor) bounds the simulated time."""
+        is not needed to stop it. ``cycle_limit`` (constructor) bounds the simulated time. The
+        simulator's faults come out as :class:`~vtakit.driver.errors.DeviceError` (or
+        ``DeadlockError``, ``CycleLimitError``) with the same message, ``index`` and ``insn``."""
+        from vtakit.vta_sim.errors import SimCycleLimit, SimDeadlock, SimError
+
         if self._pending is None:
             raise RuntimeError("wait() without a run(): nothing is running on the sim device")
         insn_addr, insn_count = self._pending
         self._pending = None
-        stats = self.sim.run(insn_addr, insn_count, timing=self.timing,
-                             cycle_limit=self.cycle_limit, trace=self.trace)
+        try:
+            stats = self.sim.run(insn_addr, insn_count, timing=self.timing,
+                                 cycle_limit=self.cycle_limit, trace=self.trace)
+        except SimError as err:
+            kind = (DeadlockError if isinstance(err, SimDeadlock) else
+                    CycleLimitError if isinstance(err, SimCycleLimit) else DeviceError)
+            raise kind(str(err), err.index, err.insn) from None
         self.last_stats = stats
         return RunResult(cycles=int(getattr(stats, "cycles", 0) or 0), stats=stats)
 

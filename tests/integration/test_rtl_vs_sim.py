@@ -1,9 +1,9 @@
 """The RTL against the simulator: random legal programs and VTA's instruction tests must give
 the same DRAM contents and the same total cycle count on both (docs/timing.md). The instruction
 tests run through ``tests/conformance/test_vta_insn.py``'s ``rtl`` parametrisation, whose device
-(:class:`~vtakit.vta_hw.sim.crosscheck.CrossCheckDevice`) compares every run with ``sim``.
+(:class:`~vtakit.driver.devices.crosscheck.CrossCheckDevice`) compares every run with ``sim``.
 
-More programs: ``python -m vtakit.vta_hw.sim.crosscheck --count 1000 --config default``.
+More programs: ``python -m vtakit.driver.devices.crosscheck --count 1000 --config default``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from rtl_helpers import require_rtl
 
+from vtakit.driver.devices.crosscheck import Mismatch, check_images, compare_run
 from vtakit.vta_hw import disasm, isa
 from vtakit.vta_hw.config import preset
-from vtakit.vta_hw.sim.crosscheck import Mismatch, check_images, compare_run
 from vtakit.vta_sim.testing import IMAGE_BYTES, random_program
 
 PROGRAMS = {"ice40": 60, "default": 25}

@@ -61,8 +61,8 @@ def mixed_program(cfg, nu=6):
     """Every instruction kind: unaligned UOP load, strided padded INP, WGT, ACC, ACC_8BIT,
     padding-only load, GEMM with back-to-back accumulation, every ALU op (tensor and
     immediate, negative and positive shifts), reset, a strided unaligned STORE."""
-    ei, ew, ea = cfg.inp_elem_bytes, cfg.wgt_elem_bytes, cfg.acc_elem_bytes
-    e8, eo = cfg.batch * cfg.block_out, cfg.out_elem_bytes
+    ei, ew, ea, e8, eo = (cfg.elem_bytes(t) for t in (MemType.INP, MemType.WGT, MemType.ACC,
+                                                       MemType.ACC_8BIT, MemType.OUT))
     return [
         ld(MemType.UOP, 1, 4096 // 4 + 1, 1, nu - 1),
         ld(MemType.UOP, 0, 4096 // 4, 1, 1),
@@ -151,11 +151,10 @@ def test_padded_load_matches_vta_sim(cfg_name, mt, shape):
     rng = np.random.default_rng(3)
     dram = rng.integers(1, 256, 1 << 16).astype(np.uint8)
     dram[4096:4100] = isa.encode_uops(np.array([[0, 0, 0]]), cfg).view(np.uint8)
-    e = cfg.acc_elem_bytes if mt == MemType.ACC else cfg.batch * cfg.block_out
-    eo = cfg.out_elem_bytes
+    e, eo = cfg.elem_bytes(mt), cfg.elem_bytes(MemType.OUT)
     prog = [
         ld(MemType.UOP, 0, 4096 // 4, 1, 1),
-        ld(MemType.ACC, 0, 8192 // cfg.acc_elem_bytes, 1, n),  # nonzero everywhere
+        ld(MemType.ACC, 0, 8192 // cfg.elem_bytes(MemType.ACC), 1, n),  # nonzero everywhere
         ld(mt, 2, 16384 // e + offset, y, x, stride=x + extra, pads=pads),
         AluInsn(uop_bgn=0, uop_end=1, iter_out=n, dst_factor_out=1, src_factor_out=1,
                 alu_opcode=AluOp.ADD, use_imm=1, imm=0, push_next=1),

@@ -40,26 +40,26 @@ def test_cmd_queue_visibility_and_order(depth):
     q = CmdQueue(depth, 8)
 
     async def bench(ctx):
-        assert not ctx.get(q.r_valid)
-        ctx.set(q.w_en, 1)
-        ctx.set(q.w_data, 10)
+        assert not ctx.get(q.r.valid)
+        ctx.set(q.w.en, 1)
+        ctx.set(q.w.data, 10)
         await ctx.tick()  # written at d -> visible at d + 1
-        ctx.set(q.w_en, 0)
-        assert ctx.get(q.r_valid) and ctx.get(q.r_data) == 10
+        ctx.set(q.w.en, 0)
+        assert ctx.get(q.r.valid) and ctx.get(q.r.data) == 10
         got, n = [], 1
         for k in range(depth - 1):
-            ctx.set(q.w_en, 1)
-            ctx.set(q.w_data, 11 + k)
+            ctx.set(q.w.en, 1)
+            ctx.set(q.w.data, 11 + k)
             await ctx.tick()
             n += 1
-        ctx.set(q.w_en, 0)
-        assert ctx.get(q.full)
-        while ctx.get(q.r_valid):
-            got.append(ctx.get(q.r_data))
-            ctx.set(q.r_en, 1)
+        ctx.set(q.w.en, 0)
+        assert ctx.get(q.w.full)
+        while ctx.get(q.r.valid):
+            got.append(ctx.get(q.r.data))
+            ctx.set(q.r.take, 1)
             await ctx.tick()  # taken at p -> slot usable at p + 1
-            ctx.set(q.r_en, 0)
-            assert not ctx.get(q.full)
+            ctx.set(q.r.take, 0)
+            assert not ctx.get(q.w.full)
         assert got == list(range(10, 10 + n))
 
     run(q, bench)
@@ -69,17 +69,17 @@ def test_token_counter_push_visible_same_cycle_pop_next():
     t = TokenCounter(1)
 
     async def bench(ctx):
-        assert not ctx.get(t.avail)
-        ctx.set(t.push, 1)
-        assert ctx.get(t.avail)  # a push is visible to the consumer in its cycle
+        assert not ctx.get(t.consumer.avail)
+        ctx.set(t.producer.push, 1)
+        assert ctx.get(t.consumer.avail)  # a push is visible to the consumer in its cycle
         await ctx.tick()
-        ctx.set(t.push, 0)
-        assert not ctx.get(t.can_push)  # full
-        ctx.set(t.pop, 1)
-        assert not ctx.get(t.can_push)  # popped slot usable one cycle later
+        ctx.set(t.producer.push, 0)
+        assert not ctx.get(t.producer.can_push)  # full
+        ctx.set(t.consumer.pop, 1)
+        assert not ctx.get(t.producer.can_push)  # popped slot usable one cycle later
         await ctx.tick()
-        ctx.set(t.pop, 0)
-        assert ctx.get(t.can_push) and ctx.get(t.count) == 0
+        ctx.set(t.consumer.pop, 0)
+        assert ctx.get(t.producer.can_push) and ctx.get(t.count) == 0
 
     run(t, bench)
 
@@ -120,20 +120,20 @@ def test_mem_port_priority_and_burst_boundaries():
 
     async def bench(ctx):
         # load asks for a 4-beat burst at cycle 0, fetch at cycle 1: fetch waits for cycle 4
-        ctx.set(port.load_req, 1)
-        ctx.set(port.load_beats, 4)
-        ctx.set(port.load_addr, 64)
-        assert ctx.get(port.load_grant) and ctx.get(port.mem_rd_valid)
+        ctx.set(port.load.req, 1)
+        ctx.set(port.load.beats, 4)
+        ctx.set(port.load.addr, 64)
+        assert ctx.get(port.load.grant) and ctx.get(port.bus.rd_valid)
         await ctx.tick()
-        ctx.set(port.fetch_req, 1)
-        ctx.set(port.fetch_beats, 2)
+        ctx.set(port.fetch.req, 1)
+        ctx.set(port.fetch.beats, 2)
         grants = []
         for _ in range(1, 8):
-            grants.append((ctx.get(port.fetch_grant), ctx.get(port.load_grant)))
-            fetch_granted = ctx.get(port.fetch_grant)
+            grants.append((ctx.get(port.fetch.grant), ctx.get(port.load.grant)))
+            fetch_granted = ctx.get(port.fetch.grant)
             await ctx.tick()
             if fetch_granted:  # the fetch client withdraws after its only burst
-                ctx.set(port.fetch_req, 0)
+                ctx.set(port.fetch.req, 0)
         assert grants[:3] == [(0, 0)] * 3  # port held by the load burst
         assert grants[3] == (1, 0)  # fetch takes the boundary at cycle 4
         assert grants[5] == (0, 1)  # the load continues at 6

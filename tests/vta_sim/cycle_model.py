@@ -9,13 +9,11 @@ queue slots only from the next cycle), then the memory port grants one burst if 
 from __future__ import annotations
 
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.isa import MemType, Opcode
+from vtakit.vta_hw.isa import Opcode
 
 INSN = 16
-ELEM = {MemType.UOP: lambda c: 4, MemType.WGT: lambda c: c.wgt_elem_bytes,
-        MemType.INP: lambda c: c.inp_elem_bytes, MemType.ACC: lambda c: c.acc_elem_bytes,
-        MemType.OUT: lambda c: c.out_elem_bytes,
-        MemType.ACC_8BIT: lambda c: c.batch * c.block_out}
+# The timing rules below are restated from the page on purpose (an independent reading); sizes
+# are the configuration's (HwConfig.elem_bytes is docs/timing.md's E).
 PRIO = ["fetch", "compute", "load", "store"]
 POP = {"load": {"pop_next": "g2l"}, "compute": {"pop_prev": "l2g", "pop_next": "s2g"},
        "store": {"pop_prev": "g2s"}}
@@ -137,7 +135,7 @@ def start(s: dict, u: str, insn: dict, c: int, cfg: HwConfig, requests: dict) ->
         if x == 0:
             s["finish"] = c + 1
             return
-        eb = ELEM[MemType(insn["memory_type"])](cfg)
+        eb = cfg.elem_bytes(insn["memory_type"])
         pad = 0
         if op == Opcode.LOAD:
             rows = insn["y_pad_0"] + y + insn["y_pad_1"]

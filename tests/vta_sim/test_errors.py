@@ -1,4 +1,7 @@
-"""Every way a stream can fail names the instruction, what was wrong and what was expected."""
+"""Every way a stream can fail names the instruction, what was wrong and what was expected.
+
+The simulator raises its own :class:`~vtakit.vta_sim.errors.SimError`; the driver's ``sim``
+device turns it into the device contract's :class:`~vtakit.driver.DeviceError` (last tests)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from sim_helpers import Image, load, store
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import preset
 from vtakit.vta_hw.isa import AluInsn, FinishInsn, GemmInsn, MemType
-from vtakit.vta_sim import CycleLimitError, DeadlockError, DeviceError, Simulator
+from vtakit.vta_sim import SimCycleLimit, SimDeadlock, SimError, Simulator
 
 CFG = preset("default")
 
@@ -28,10 +31,10 @@ both = pytest.mark.parametrize("timing", [True, False], ids=["timed", "functiona
 @both
 def test_deadlock_lists_units_and_tokens(timing):
     prog = [load(MemType.INP, 0, 0, 0, 0, pop_next=1, push_next=1), FinishInsn(pop_prev=1)]
-    with pytest.raises(DeadlockError, match=r"deadlock.*load: #0 LOAD INP waiting for token "
-                                            r"g2l \(pop_next\).*compute: #1 FINISH waiting for "
-                                            r"token l2g \(pop_prev\).*token counts l2g=0, "
-                                            r"g2l=0, g2s=0, s2g=0") as info:
+    with pytest.raises(SimDeadlock, match=r"deadlock.*load: #0 LOAD INP waiting for token "
+                                          r"g2l \(pop_next\).*compute: #1 FINISH waiting for "
+                                          r"token l2g \(pop_prev\).*token counts l2g=0, "
+                                          r"g2l=0, g2s=0, s2g=0") as info:
         run(prog, timing)
     assert info.value.index in (0, 1) and info.value.insn["kind"] in ("LOAD INP", "FINISH")
 
@@ -39,9 +42,9 @@ def test_deadlock_lists_units_and_tokens(timing):
 @both
 def test_dram_out_of_range(timing):
     prog = [load(MemType.WGT, 0, (1 << 20) // 256, 1, 1, push_next=1), FinishInsn(pop_prev=1)]
-    with pytest.raises(DeviceError, match=r"instruction #0 LOAD WGT\(.*dram_base=4096.*\): "
-                                          r"DRAM access out of range: bytes \[0x100000, "
-                                          r"0x100100\).*DRAM is 0x100000 bytes") as info:
+    with pytest.raises(SimError, match=r"instruction #0 LOAD WGT\(.*dram_base=4096.*\): "
+                                       r"DRAM access out of range: bytes \[0x100000, "
+                                       r"0x100100\).*DRAM is 0x100000 bytes") as info:
         run(prog, timing)
     assert info.value.index == 0 and info.value.insn["dram_base"] == 4096
 
@@ -49,15 +52,15 @@ def test_dram_out_of_range(timing):
 @both
 def test_sram_out_of_range(timing):
     prog = [load(MemType.INP, CFG.inp_depth - 1, 0, 1, 2, push_next=1), FinishInsn(pop_prev=1)]
-    with pytest.raises(DeviceError, match=r"#0 .*INP\[2047\.\.2048\] but INP has depth 2048"):
+    with pytest.raises(SimError, match=r"#0 .*INP\[2047\.\.2048\] but INP has depth 2048"):
         run(prog, timing)
 
 
 @both
 def test_gemm_acc_out_of_range(timing):
     prog = [GemmInsn(uop_bgn=0, uop_end=1, iter_in=3, dst_factor_in=1500), FinishInsn()]
-    with pytest.raises(DeviceError, match=r"#0 GEMM.*ACC\[3000\] at loop iteration 2 but ACC "
-                                          r"has depth 2048"):
+    with pytest.raises(SimError, match=r"#0 GEMM.*ACC\[3000\] at loop iteration 2 but ACC "
+                                       r"has depth 2048"):
         run(prog, timing)
 
 
@@ -82,27 +85,27 @@ def _poke(index: int, field: str, value: int):
 def test_malformed(field, value, msg):
     first = AluInsn(uop_bgn=0, uop_end=1) if field == "alu_opcode" else load(MemType.INP, 0,
                                                                            0, 0, 0)
-    with pytest.raises(DeviceError, match=msg):
+    with pytest.raises(SimError, match=msg):
         run([first, FinishInsn()], patch=_poke(0, field, value))
 
 
 def test_store_of_inp_is_rejected():
     bad = isa.replace(store(0, 0, 1, 1), memory_type=MemType.INP)
-    with pytest.raises(DeviceError, match=r"#0 STORE INP.*memory_type INP is not supported "
-                                          r"\(expected OUT\)"):
+    with pytest.raises(SimError, match=r"#0 STORE INP.*memory_type INP is not supported "
+                                       r"\(expected OUT\)"):
         run([bad, FinishInsn()])
 
 
 def test_no_finish_and_after_finish():
-    with pytest.raises(DeviceError, match=r"no FINISH within insn_count=1"):
+    with pytest.raises(SimError, match=r"no FINISH within insn_count=1"):
         run([GemmInsn()])
-    with pytest.raises(DeviceError, match=r"#1 GEMM.*instruction after FINISH"):
+    with pytest.raises(SimError, match=r"#1 GEMM.*instruction after FINISH"):
         run([FinishInsn(), GemmInsn()])
 
 
 @both
 def test_tokens_left_at_the_end(timing):
-    with pytest.raises(DeviceError, match=r"tokens still in the dependency queues g2s=1"):
+    with pytest.raises(SimError, match=r"tokens still in the dependency queues g2s=1"):
         run([GemmInsn(push_next=1), FinishInsn()], timing)
 
 
@@ -110,8 +113,8 @@ def test_tokens_left_at_the_end(timing):
 def test_finish_before_store_done(timing):
     prog = [GemmInsn(push_next=1), store(0, 0, 1, 8, pop_prev=1), FinishInsn()]
     if timing:
-        with pytest.raises(DeviceError, match=r"#1 STORE OUT.*FINISH completed at cycle \d+ "
-                                              r"while the store unit still had"):
+        with pytest.raises(SimError, match=r"#1 STORE OUT.*FINISH completed at cycle \d+ "
+                                           r"while the store unit still had"):
             run(prog, timing)
     else:  # the functional model runs the store to completion; the program is still accepted
         run(prog, timing)
@@ -119,8 +122,8 @@ def test_finish_before_store_done(timing):
 
 def test_cycle_limit():
     prog = [GemmInsn(uop_bgn=0, uop_end=1, iter_out=100, iter_in=100), FinishInsn()]
-    with pytest.raises(CycleLimitError, match=r"#0 GEMM.*cycle limit 1000 reached before FINISH"
-                                              r".*compute: #0 GEMM"):
+    with pytest.raises(SimCycleLimit, match=r"#0 GEMM.*cycle limit 1000 reached before FINISH"
+                                            r".*compute: #0 GEMM"):
         run(prog, cycle_limit=1000)
     assert run(prog, cycle_limit=20000).cycles == 37 + 10005 + 1
 
@@ -145,8 +148,38 @@ def test_deadlock_on_a_full_command_queue_is_timed_only():
             load(MemType.INP, 0, 0, 0, 0, push_next=1), FinishInsn()]
     img = Image(cfg)
     addr, n = img.put_insns(prog)
-    with pytest.raises(DeadlockError, match=r"compute: #0 GEMM waiting for token l2g "
-                                            r"\(pop_prev\).*fetch: #2 GEMM waiting for space in "
-                                            r"the compute command queue"):
+    with pytest.raises(SimDeadlock, match=r"compute: #0 GEMM waiting for token l2g "
+                                          r"\(pop_prev\).*fetch: #2 GEMM waiting for space in "
+                                          r"the compute command queue"):
         Simulator(cfg, img.dram.copy()).run(addr, n)
     Simulator(cfg, img.dram.copy()).run(addr, n, timing=False)
+
+
+@pytest.mark.parametrize("prog, kind", [
+    ([load(MemType.INP, 0, 0, 0, 0, pop_next=1, push_next=1), FinishInsn(pop_prev=1)],
+     "DeadlockError"),
+    ([GemmInsn(uop_bgn=0, uop_end=1, iter_out=100, iter_in=100), FinishInsn()],
+     "CycleLimitError"),
+    ([GemmInsn(uop_bgn=0, uop_end=1, iter_in=3, dst_factor_in=1500), FinishInsn()],
+     "DeviceError"),
+])
+def test_sim_device_raises_the_driver_errors(prog, kind):
+    import vtakit.driver as drv
+    from vtakit.driver.devices.sim import SimDevice
+
+    dev = SimDevice(CFG, dram_bytes=1 << 20, cycle_limit=1000)
+    stream = isa.encode_stream(prog, CFG)
+    dev.write(0, stream)
+    with pytest.raises(SimError) as direct:
+        Simulator(CFG, dev.dram.copy()).run(0, len(prog), cycle_limit=1000)
+    dev.run(0, len(prog))
+    with pytest.raises(drv.DeviceError) as info:
+        dev.wait(10)
+    assert type(info.value) is getattr(drv, kind)
+    # Code that catches the simulator's classes (their names before the device contract moved
+    # to the driver) still catches the device's errors.
+    import vtakit.vta_sim as vs
+
+    assert isinstance(info.value, getattr(vs, kind)) and isinstance(info.value, SimError)
+    assert str(info.value) == str(direct.value)
+    assert (info.value.index, info.value.insn) == (direct.value.index, direct.value.insn)

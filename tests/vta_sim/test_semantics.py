@@ -42,7 +42,7 @@ def random_state(rng) -> ArchState:
 
 def ref_load(st, dram, f):
     mt = MemType(f["memory_type"])
-    eb = sem.elem_bytes(CFG, mt)
+    eb = CFG.elem_bytes(mt)
     buf = {MemType.INP: st.inp, MemType.WGT: st.wgt, MemType.ACC: st.acc,
            MemType.ACC_8BIT: st.acc, MemType.UOP: st.uop}[mt]
     dtype = {MemType.ACC: "<i4", MemType.UOP: "<u4"}.get(mt, "i1")

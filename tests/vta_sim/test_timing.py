@@ -10,8 +10,8 @@ from sim_helpers import Image, load, store
 
 from vtakit.vta_hw.config import preset
 from vtakit.vta_hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemType
+from vtakit.vta_hw.timing_facts import ALU_PIPELINE_CYCLES, GEMM_PIPELINE_CYCLES
 from vtakit.vta_sim import Simulator
-from vtakit.vta_sim.timing import ALU_PIPELINE_CYCLES, GEMM_PIPELINE_CYCLES
 
 
 def run(prog, cfg=None, **kw):

@@ -2,7 +2,8 @@
 
 :func:`build` compiles the core plus a DRAM-model bench (:mod:`.tb`) into a cached simulator;
 :class:`RtlSimulation` starts it once and serves many runs; ``vtakit.driver.devices.rtl``
-wraps it as the driver's ``rtl`` device and :mod:`.crosscheck` compares it with ``vta_sim``.
+wraps it as the driver's ``rtl`` device and ``vtakit.driver.devices.crosscheck`` compares it
+with ``vta_sim``.
 """
 
 from .build import RtlBuild, build, cache_root, core_verilog, missing_tools

@@ -1,6 +1,7 @@
 """The load, compute and store units (docs/timing.md §4): take a command, pop its tokens,
 occupy the unit for the instruction's closed-form duration (memory transfers through the port),
-apply its data effect, push its tokens."""
+apply its data effect, push its tokens. The durations and token tables are the hardware's own
+(:mod:`vtakit.vta_hw.timing_facts`)."""
 
 from __future__ import annotations
 
@@ -10,60 +11,30 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vtakit.vta_hw.isa import MemType, Opcode
+from vtakit.vta_hw.timing_facts import (
+    NOP_CYCLES,
+    PAD_ONLY_SETUP_CYCLES,
+    STORE_SETUP_CYCLES,
+    TOKEN_POPS,
+    TOKEN_PUSHES,
+    alu_cycles,
+    gemm_cycles,
+    n_uops,
+    pad_elems,
+)
 
 from .. import memory, semantics
-from ..errors import DeviceError, ExecFault
+from ..errors import ExecFault, SimError
 from .kernel import Proc
 from .port import Transfer
 
 if TYPE_CHECKING:
     from ..timing import TimedRun
 
-__all__ = ["unit", "gemm_cycles", "alu_cycles", "pad_elems", "n_uops",
-           "GEMM_PIPELINE_CYCLES", "ALU_PIPELINE_CYCLES", "STORE_SETUP_CYCLES", "POPS", "PUSHES"]
-
-#: Cycles a GEMM adds to its micro-op count: decode, uop read, operand read, multiply, adder
-#: tree + ACC write.
-GEMM_PIPELINE_CYCLES = 5
-#: Cycles an ALU instruction adds to its micro-op issue cycles: decode, uop read, ACC read,
-#: ALU, ACC write.
-ALU_PIPELINE_CYCLES = 5
-#: Cycles between a STORE's start and its first port request: the OUT buffer is a block RAM
-#: with a registered read port, so the first beat's data exists one cycle after the start.
-STORE_SETUP_CYCLES = 1
-
-#: (flag, token queue) pairs each unit pops and pushes (vta-reference.md §1).
-POPS = {"load": (("pop_next", "g2l"),),
-        "compute": (("pop_prev", "l2g"), ("pop_next", "s2g")),
-        "store": (("pop_prev", "g2s"),)}
-PUSHES = {"load": (("push_next", "l2g"),),
-          "compute": (("push_prev", "g2l"), ("push_next", "g2s")),
-          "store": (("push_prev", "s2g"),)}
+__all__ = ["unit"]
 
 _OPNAME = {int(o): o.name for o in Opcode}
 _MTNAME = {int(m): m.name for m in MemType}
-
-
-def n_uops(insn: dict[str, int]) -> int:
-    """Micro-op iterations of a GEMM/ALU: ``max(0, uop_end - uop_bgn) * iter_out * iter_in``."""
-    return max(0, insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"]
-
-
-def gemm_cycles(n: int) -> int:
-    """Cycles of a GEMM with ``n`` micro-op iterations."""
-    return n + GEMM_PIPELINE_CYCLES if n > 0 else 1
-
-
-def alu_cycles(n: int, use_imm: bool) -> int:
-    """Cycles of an ALU instruction: 1 (immediate) or 2 (tensor) cycles per micro-op + fill."""
-    return n * (1 if use_imm else 2) + ALU_PIPELINE_CYCLES if n > 0 else 1
-
-
-def pad_elems(insn: dict[str, int]) -> int:
-    """Zero elements a LOAD writes around its block (one SRAM write per cycle each)."""
-    rows = insn["y_pad_0"] + insn["y_size"] + insn["y_pad_1"]
-    cols = insn["x_pad_0"] + insn["x_size"] + insn["x_pad_1"]
-    return rows * cols - insn["y_size"] * insn["x_size"]
 
 
 def _mem_insn(run: TimedRun, name: str, proc: Proc,
@@ -71,11 +42,11 @@ def _mem_insn(run: TimedRun, name: str, proc: Proc,
     """A LOAD or STORE from its start cycle."""
     cfg = run.cfg
     mt = insn["memory_type"]
-    eb = semantics.elem_bytes(cfg, mt)
+    eb = cfg.elem_bytes(mt)
     x, y = insn["x_size"], insn["y_size"]
     write = insn["opcode"] == Opcode.STORE
     if x == 0:  # NOP: only carries flags
-        yield ("delay", 1)
+        yield ("delay", NOP_CYCLES)
         return
     nbytes = x * eb
     starts: np.ndarray | int = (insn["dram_base"] * eb if y == 1 else
@@ -85,8 +56,8 @@ def _mem_insn(run: TimedRun, name: str, proc: Proc,
         if write:  # one cycle to read the first OUT element before the port may take it
             yield ("delay", STORE_SETUP_CYCLES)
         yield ("xfer", Transfer(name, write, starts, nbytes, beats, proc))
-    else:
-        yield ("delay", 1)
+    else:  # y_size == 0: a STORE is a NOP, a LOAD writes only its padding
+        yield ("delay", NOP_CYCLES if write else PAD_ONLY_SETUP_CYCLES)
     stats = run.stats
     if write:
         stats.dram_write_bytes += y * nbytes
@@ -105,8 +76,8 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
     ust = run.stats.units[name]
     insns = run.prog.insns
     stats = run.stats
-    pops = [(flag, run.tokq[t]) for flag, t in POPS[name]]
-    pushes = [(flag, run.tokq[t]) for flag, t in PUSHES[name]]
+    pops = [(flag, run.tokq[t]) for flag, t in TOKEN_POPS[name]]
+    pushes = [(flag, run.tokq[t]) for flag, t in TOKEN_PUSHES[name]]
     macs = run.cfg.macs_per_cycle
     while True:
         proc.index = None
@@ -132,12 +103,12 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
             stats.alu_uops += nu
             yield ("delay", alu_cycles(nu, bool(insn["use_imm"])))
         else:  # FINISH
-            yield ("delay", 1)
+            yield ("delay", NOP_CYCLES)
         end = kernel.now
         try:
             semantics.execute(run.state, run.dram, insn)
         except ExecFault as err:
-            raise DeviceError(str(err), k, insn) from None
+            raise SimError(str(err), k, insn) from None
         key = _OPNAME[op]
         stats.insn_counts[key] = stats.insn_counts.get(key, 0) + 1
         ust.busy_cycles += end - start

@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.timing_facts import PORT_PRIORITY
 
 from .. import memory
 from .kernel import Kernel, Proc
 
 __all__ = ["MemoryPort", "Transfer", "PRIORITY"]
 
-#: Memory-port priority (lower wins): fetch, compute (UOP/ACC loads), load (INP/WGT), store.
-PRIORITY = {"fetch": 0, "compute": 1, "load": 2, "store": 3}
+#: Memory-port priority of each client (lower wins), from the hardware's fixed order.
+PRIORITY = {client: rank for rank, client in enumerate(PORT_PRIORITY)}
 
 
 class Transfer:
