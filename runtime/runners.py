@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,15 +123,24 @@ def register_runner(name: str) -> Callable[[type[Runner]], type[Runner]]:
     return deco
 
 
+def import_by_name(registry: Mapping[str, object], package: str, name: str) -> None:
+    """Import ``<package>.<name>`` (which registers `name` in `registry` when imported) unless
+    `name` is registered already; a module that does not exist is not an error (the caller
+    reports the name as unknown), an import error inside one is raised. The socket's way of
+    finding a backend by name, on the compiler's side and on the runtime's."""
+    if name in registry or not name.isidentifier():
+        return
+    try:
+        importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{package}.{name}":
+            raise
+
+
 def runner_class(name: str) -> type[Runner]:
     """The runner registered for backend `name`, importing ``vtakit.runtime.<name>`` on first
     use; `ValueError` lists the runners there are."""
-    if name not in _RUNNERS and name.isidentifier():
-        try:
-            importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{name}":
-                raise
+    import_by_name(_RUNNERS, __package__ or "vtakit.runtime", name)
     if name not in _RUNNERS:
         raise ValueError(f"no runtime runner for backend {name!r}; this vtakit has runners for "
                          f"{available_runners()}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vtakit.runtime.plan import Section
+from vtakit.runtime.runners import import_by_name
 
 from ..ir.graph import Graph
 
@@ -121,12 +122,7 @@ def get_backend(name: str) -> BackendSpec:
     the registry."""
     if not isinstance(name, str):
         raise TypeError(f"target must be a backend name (str), got {type(name).__name__}")
-    if name not in _BACKENDS and name.isidentifier():
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
+    import_by_name(_BACKENDS, __name__, name)
     if name not in _BACKENDS:
         raise ValueError(f"unknown target {name!r}; the registered backends are "
                          f"{available_backends()}")
