@@ -99,6 +99,7 @@ SIGNATURES: dict[Op, Signature] = {
     Op.DEQUANTIZE_LINEAR: Signature(3, 3, o.AxisAttrs),
     Op.QLINEAR_CONV: Signature(8, 9, o.ConvAttrs), Op.QLINEAR_MATMUL: Signature(8, 8, o.NoAttrs),
     Op.MATMUL_INTEGER: Signature(4, 4, o.NoAttrs), Op.CONV_INTEGER: Signature(4, 4, o.ConvAttrs),
+    Op.REQUANTIZE: Signature(1, 2, o.RequantAttrs),
     Op.ISINF: Signature(1, 1, o.IsInfAttrs), Op.TRILU: Signature(1, 1, o.TriluAttrs),
     Op.GATHER_ELEMENTS: Signature(2, 2, o.AxisAttrs), Op.HARDMAX: Signature(1, 1, o.AxisAttrs),
     Op.CUMSUM: Signature(1, 1, o.CumAttrs), Op.CUMPROD: Signature(1, 1, o.CumAttrs),
@@ -263,6 +264,36 @@ def _input(c: Call) -> Typed:
 def _const(c: Call) -> Typed:
     value = c.attrs_as(o.ConstAttrs).value
     return DType.from_numpy(value.dtype), tuple(value.shape)
+
+
+REQUANT_OUT = (DType.INT8, DType.UINT8, DType.INT32)
+
+
+def _requantize(c: Call) -> Typed:
+    a = c.attrs_as(o.RequantAttrs)
+    if c.d0 is not DType.INT32:
+        raise InferError(f"REQUANTIZE takes an int32 operand, got {c.d0.value}")
+    if c.dtype not in REQUANT_OUT:
+        raise InferError(f"REQUANTIZE makes one of {[d.value for d in REQUANT_OUT]}, got "
+                         f"{c.dtype.value if c.dtype else None}")
+    _check_axis(a.axis, len(c.s0))
+    ch = c.s0[a.axis]
+    if len(c.src) == 2 and (c.src[1].dtype is not DType.INT32 or c.src[1].shape != (ch,)):
+        raise InferError(f"REQUANTIZE bias must be int32 of shape ({ch},) (axis {a.axis}), got "
+                         f"{c.src[1].dtype.value}{list(c.src[1].shape)}")
+    for what, vals in (("multiplier", a.multiplier), ("shift", a.shift)):
+        if len(vals) not in (1, ch):
+            raise InferError(f"REQUANTIZE {what} has {len(vals)} values, expected 1 or {ch} "
+                             f"(the size of axis {a.axis})")
+    if any(not -(1 << 31) <= m < (1 << 31) for m in a.multiplier):
+        raise InferError(f"REQUANTIZE multipliers must fit int32, got {list(a.multiplier)}")
+    if any(not 0 <= s <= 31 for s in a.shift):
+        raise InferError(f"REQUANTIZE shifts must be in 0..31, got {list(a.shift)}")
+    info = np.iinfo(c.dtype.np)
+    if not info.min <= a.lo <= a.hi <= info.max:
+        raise InferError(f"REQUANTIZE bounds [{a.lo}, {a.hi}] are not an interval within "
+                         f"{c.dtype.value}'s [{info.min}, {info.max}]")
+    return c.dtype, c.s0
 
 
 def _cast(c: Call) -> Typed:
@@ -675,7 +706,7 @@ def _fused(c: Call) -> Typed:
 
 
 RULES: dict[Op, Rule] = {
-    Op.INPUT: _input, Op.CONST: _const, Op.CAST: _cast,
+    Op.INPUT: _input, Op.CONST: _const, Op.CAST: _cast, Op.REQUANTIZE: _requantize,
     **{op: _unary for op in UNARY | PARAMETRIC_UNARY},
     Op.ISNAN: _predicate, Op.ISINF: _predicate,
     **{op: _binary for op in BINARY | {Op.POW, Op.MOD}},

@@ -761,6 +761,31 @@ def _qlinear_matmul(n: Node, a: list[np.ndarray]) -> np.ndarray:
     return saturate(acc * ((_rows(xs, x.ndim) * ws) / ys) + yzp.astype(np.float64), n.dtype.np)
 
 
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    """int64 values as int32 two's-complement (the low 32 bits), still held in int64."""
+    return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def requantize(x: np.ndarray, bias: np.ndarray | None, a: o.RequantAttrs,
+               out: np.dtype) -> np.ndarray:
+    """REQUANTIZE, step by step in 32-bit wrapping arithmetic (see `ops.RequantAttrs`): the
+    integer reference the CPU backend and the accelerator must equal bit for bit."""
+    shape = [1] * x.ndim
+    shape[a.axis] = -1
+
+    def per_channel(vals: tuple[int, ...]) -> np.ndarray:
+        return np.asarray(vals, np.int64).reshape(shape if len(vals) > 1 else [1] * x.ndim)
+
+    t = x.astype(np.int64)
+    if bias is not None:
+        t = _wrap32(t + bias.astype(np.int64).reshape(shape))
+    t = _wrap32(t * per_channel(a.multiplier))
+    s = per_channel(a.shift)
+    t = _wrap32(t + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0))
+    t = np.right_shift(t, s)
+    return np.clip(t, a.lo, a.hi).astype(out)
+
+
 def _matmul_integer(n: Node, a: list[np.ndarray]) -> np.ndarray:
     x, w, xzp, wzp = a
     xi = x.astype(np.int32) - _rows(xzp, x.ndim).astype(np.int32)
@@ -873,6 +898,8 @@ KERNELS: dict[Op, Kernel] = {
     Op.QUANTIZE_LINEAR: _quantize, Op.DEQUANTIZE_LINEAR: _dequantize,
     Op.QLINEAR_CONV: _qlinear_conv, Op.QLINEAR_MATMUL: _qlinear_matmul,
     Op.MATMUL_INTEGER: _matmul_integer,
+    Op.REQUANTIZE: lambda n, a: requantize(a[0], a[1] if len(a) > 1 else None,
+                                           n.attrs, n.dtype.np),  # type: ignore[arg-type]
     Op.CONV_INTEGER: lambda n, a: _conv_integer(a[0], a[2], a[1], a[3], n.attrs,  # type: ignore
                                                 n.shape[2:]),
     Op.SHL: _binary(np.left_shift), Op.SHR: _binary(np.right_shift),

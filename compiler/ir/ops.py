@@ -129,6 +129,7 @@ class Op(enum.Enum):
     QLINEAR_MATMUL = "qlinear_matmul"
     MATMUL_INTEGER = "matmul_integer"
     CONV_INTEGER = "conv_integer"
+    REQUANTIZE = "requantize"  # int32 -> int8/int32 with the accelerator's ALU arithmetic
     # Integer bit manipulation (requantisation on the accelerator uses shifts).
     SHL = "shl"
     SHR = "shr"
@@ -387,6 +388,30 @@ class ReverseSequenceAttrs(Attrs):
 
     batch_axis: int = 1
     time_axis: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequantAttrs(Attrs):
+    """REQUANTIZE: int32 → int8 / uint8 / int32 in the accelerator ALU's arithmetic (32-bit,
+    two's-complement wrap-around; MUL, ADD, SHR, MAX, MIN), per channel c of `axis` (tuples of
+    one value apply to every element)::
+
+        t = x (+ bias[c])                     the optional int32 operand of shape (C,)
+        t = t * multiplier[c]                 low 32 bits of the product
+        t = t + (1 << (shift[c] - 1))         when shift[c] > 0: round half up (toward +inf)
+        t = t >> shift[c]                     arithmetic
+        y = min(max(t, lo), hi)               ReLU / ReLU6 / the output type's range
+
+    y ≈ (x + bias) * multiplier / 2**shift: a real scale written as a fixed-point multiplier
+    (``multiplier`` = 1 for a power-of-two scale). Example: scale 0.0123 with shift 20 is
+    multiplier round(0.0123 * 2**20) = 12897; x = 1000 gives (12897000 + 2**19) >> 20 = 12.
+    """
+
+    multiplier: tuple[int, ...]
+    shift: tuple[int, ...]
+    axis: int
+    lo: int
+    hi: int
 
 
 @dataclass(frozen=True, slots=True)

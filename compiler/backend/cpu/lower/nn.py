@@ -16,6 +16,7 @@ from vtakit.runtime.plan import Arg, Call, Step
 
 from ....ir.dtypes import DType
 from ....ir.ops import Node, Op
+from ....ir.ops import const as o_const
 from ..kernels import conv as C
 from ..kernels import elementwise as E
 from ..kernels import gemm as G
@@ -28,6 +29,7 @@ from .base import (
     PARALLEL_MIN_MACS,
     LowererBase,
     _at,
+    _axis_strides,
     _strides,
 )
 
@@ -321,6 +323,51 @@ class NnLowering(LowererBase):
                           n.size * math.prod(a.kernel))
 
     # -- integer and quantised ------------------------------------------------------------------
+    def op_requantize(self, n: Node, name: str) -> None:
+        """REQUANTIZE as one elementwise program in int32 (wrapping, like the interpreter):
+        add the bias, multiply, add the rounding term, shift, clamp, narrow. Per-channel
+        multipliers, rounding terms and shifts are constant operands along the axis."""
+        a = _at(n)
+        x = n.src[0]
+        i32 = DType.INT32
+        ax = _axis_strides((x.shape[a.axis],), a.axis, n.rank)
+        src: list[Node] = [x]
+        strides: list[tuple[int, ...]] = [L.broadcast_strides(x.shape, n.shape)]
+
+        def operand(values: Sequence[int] | Node) -> int:
+            node = values if isinstance(values, Node) else o_const(
+                np.asarray(values, np.int32), f"{name}:requant")
+            src.append(node)
+            strides.append(ax if node.size > 1 else (0,) * n.rank)
+            return len(src) - 1
+
+        bias = operand(n.src[1]) if len(n.src) == 2 else None
+        mult = operand(a.multiplier)
+        rounding = [(1 << (s - 1)) if s > 0 else 0 for s in a.shift]
+        rnd = operand(rounding) if any(rounding) else None
+        shift = operand(a.shift) if any(a.shift) else None
+        prog: list[E.Instr] = []
+
+        def emit(op: str, args: tuple[int, ...], params: tuple = ()) -> int:
+            prog.append((op, args, params, i32))
+            return len(src) + len(prog) - 1  # operands first, then instruction results
+
+        v = 0
+        if bias is not None:
+            v = emit("add", (v, bias))
+        v = emit("mul", (v, mult))
+        if rnd is not None:
+            v = emit("add", (v, rnd))
+        if shift is not None:
+            v = emit("shr", (v, shift))
+        v = emit("max", (v,), (a.lo,))
+        v = emit("min", (v,), (a.hi,))
+        if n.dtype is not i32:
+            prog.append(("cast", (v,), (), n.dtype))
+        k = E.eltwise(n.dtype, n.shape, [(s.dtype, st) for s, st in zip(src, strides)], prog)
+        self.call_generic(k, [self.out(n)] + [self.ptr(s) for s in src], name, "requantize",
+                          n.size)
+
     def op_matmul_integer(self, n: Node, name: str) -> None:
         a, b, az, bz = n.src
         self._int_matmul(n, a, b, az, bz, None, name)
