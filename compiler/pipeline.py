@@ -31,14 +31,30 @@ PASSES: tuple[Callable[[Graph], Graph], ...] = (
 )
 
 
+# Quantisation (compiler.quantize) runs on the graph after the first QUANTIZE_AFTER passes: batch
+# norms folded into their convolutions, every value still its own node (nothing fused), so that
+# each one has been observed on the calibration data and gets its own scale.
+QUANTIZE_AFTER = 3
+
+
 def optimize(g: Graph, *, debug: int | None = None) -> Graph:
     """Run PASSES over g in order; with debug >= 1 (default: the VTAKIT_DEBUG environment
     variable), verify the graph before the first pass and after every pass, so a broken
     invariant names the pass that broke it."""
+    return run_passes(g, PASSES, debug)
+
+
+def prepare_for_quantization(g: Graph, *, debug: int | None = None) -> Graph:
+    """The passes before quantisation (PASSES[:QUANTIZE_AFTER])."""
+    return run_passes(g, PASSES[:QUANTIZE_AFTER], debug)
+
+
+def run_passes(g: Graph, passes: tuple[Callable[[Graph], Graph], ...],
+               debug: int | None = None) -> Graph:
     level = debug_level() if debug is None else debug
     if level >= 1:
         verify(g)
-    for p in PASSES:
+    for p in passes:
         g = p(g)
         if level >= 1:
             try:

@@ -194,3 +194,12 @@ def transformer_block(*, seed: int = 0, seq_len: int = 16, d_model: int = 64, he
     y = b.op("Add", [x, linear(h, d_ff, d_model)])
     shape: list[int | str] = ["N", seq_len, d_model]
     return b.model("transformer_block", shape, y, shape, 20)
+
+
+def digits_cnn(*, seed: int = 0) -> onnx.ModelProto:
+    """The 8×8 digits CNN of `vtakit.digits` (N×1×8×8 → N×10), untrained: three 3×3 convs
+    (16, 32, 16 channels) with a 2×2 max-pool, two dense layers. The trained one is
+    `vtakit.digits.load_model()`."""
+    from vtakit import digits
+
+    return digits.to_onnx(digits.build(seed=seed))

@@ -16,7 +16,6 @@ from vtakit.runtime.plan import Arg, Call, Step
 
 from ....ir.dtypes import DType
 from ....ir.ops import Node, Op
-from ....ir.ops import const as o_const
 from ..kernels import conv as C
 from ..kernels import elementwise as E
 from ..kernels import gemm as G
@@ -331,15 +330,19 @@ class NnLowering(LowererBase):
         x = n.src[0]
         i32 = DType.INT32
         ax = _axis_strides((x.shape[a.axis],), a.axis, n.rank)
-        src: list[Node] = [x]
-        strides: list[tuple[int, ...]] = [L.broadcast_strides(x.shape, n.shape)]
+        operands: list[tuple[DType, tuple[int, ...]]] = [(i32, _strides(x.shape))]
+        args: list[Arg] = [self.ptr(x)]
 
         def operand(values: Sequence[int] | Node) -> int:
-            node = values if isinstance(values, Node) else o_const(
-                np.asarray(values, np.int32), f"{name}:requant")
-            src.append(node)
-            strides.append(ax if node.size > 1 else (0,) * n.rank)
-            return len(src) - 1
+            if isinstance(values, Node):
+                arg = self.ptr(values)
+                size = values.size
+            else:
+                arr = np.asarray(values, np.int32)
+                arg, size = ("b", self.const(arr, f"{name}_requant"), 0), arr.size
+            operands.append((i32, ax if size > 1 else (0,) * n.rank))
+            args.append(arg)
+            return len(args) - 1
 
         bias = operand(n.src[1]) if len(n.src) == 2 else None
         mult = operand(a.multiplier)
@@ -348,9 +351,9 @@ class NnLowering(LowererBase):
         shift = operand(a.shift) if any(a.shift) else None
         prog: list[E.Instr] = []
 
-        def emit(op: str, args: tuple[int, ...], params: tuple = ()) -> int:
-            prog.append((op, args, params, i32))
-            return len(src) + len(prog) - 1  # operands first, then instruction results
+        def emit(op: str, srcs: tuple[int, ...], params: tuple = ()) -> int:
+            prog.append((op, srcs, params, i32))
+            return len(args) + len(prog) - 1  # operands first, then instruction results
 
         v = 0
         if bias is not None:
@@ -364,9 +367,8 @@ class NnLowering(LowererBase):
         v = emit("min", (v,), (a.hi,))
         if n.dtype is not i32:
             prog.append(("cast", (v,), (), n.dtype))
-        k = E.eltwise(n.dtype, n.shape, [(s.dtype, st) for s, st in zip(src, strides)], prog)
-        self.call_generic(k, [self.out(n)] + [self.ptr(s) for s in src], name, "requantize",
-                          n.size)
+        k = E.eltwise(n.dtype, n.shape, operands, prog)
+        self.call_generic(k, [self.out(n), *args], name, "requantize", n.size)
 
     def op_matmul_integer(self, n: Node, name: str) -> None:
         a, b, az, bz = n.src
