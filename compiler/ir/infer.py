@@ -290,6 +290,9 @@ def _requantize(c: Call) -> Typed:
     if any(not 0 <= s <= 31 for s in a.shift):
         raise InferError(f"REQUANTIZE shifts must be in 0..31, got {list(a.shift)}")
     info = np.iinfo(c.dtype.np)
+    if not info.min <= a.zero_point <= info.max:
+        raise InferError(f"REQUANTIZE zero point {a.zero_point} is outside {c.dtype.value}'s "
+                         f"[{info.min}, {info.max}]")
     if not info.min <= a.lo <= a.hi <= info.max:
         raise InferError(f"REQUANTIZE bounds [{a.lo}, {a.hi}] are not an interval within "
                          f"{c.dtype.value}'s [{info.min}, {info.max}]")

@@ -782,7 +782,7 @@ def requantize(x: np.ndarray, bias: np.ndarray | None, a: o.RequantAttrs,
     t = _wrap32(t * per_channel(a.multiplier))
     s = per_channel(a.shift)
     t = _wrap32(t + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0))
-    t = np.right_shift(t, s)
+    t = _wrap32(np.right_shift(t, s) + a.zero_point)
     return np.clip(t, a.lo, a.hi).astype(out)
 
 

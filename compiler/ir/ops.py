@@ -400,6 +400,7 @@ class RequantAttrs(Attrs):
         t = t * multiplier[c]                 low 32 bits of the product
         t = t + (1 << (shift[c] - 1))         when shift[c] > 0: round half up (toward +inf)
         t = t >> shift[c]                     arithmetic
+        t = t + zero_point                    the output's zero point (0 for symmetric int8)
         y = min(max(t, lo), hi)               ReLU / ReLU6 / the output type's range
 
     y ≈ (x + bias) * multiplier / 2**shift: a real scale written as a fixed-point multiplier
@@ -412,6 +413,7 @@ class RequantAttrs(Attrs):
     axis: int
     lo: int
     hi: int
+    zero_point: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,6 +363,8 @@ class NnLowering(LowererBase):
             v = emit("add", (v, rnd))
         if shift is not None:
             v = emit("shr", (v, shift))
+        if a.zero_point:
+            v = emit("add", (v,), (a.zero_point,))
         v = emit("max", (v,), (a.lo,))
         v = emit("min", (v,), (a.hi,))
         if n.dtype is not i32:
