@@ -50,6 +50,7 @@ class Artifact:
 
     manifest: dict[str, Any]
     plan: Plan
+    quantization: Any = None  # the compiler's quantisation report, when it made this artifact
 
     @property
     def backends(self) -> list[str]:

@@ -253,11 +253,27 @@ def _option_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
               help="Artifact to write (.vtak).")
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--quantize", is_flag=True, help="Quantise to int8 first (needs --calib).")
+@click.option("--calib", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Calibration data: a .npz, a .npy, or a directory of .npy files.")
+@click.option("--quant-mode", type=click.Choice(["fixed", "shift"]), default="fixed",
+              show_default=True, help="Requantisation: fixed-point multipliers, or powers of two.")
+@click.option("--observer", type=click.Choice(["mse", "percentile", "minmax"]), default="mse",
+              show_default=True, help="How activation ranges are chosen.")
+@click.option("--keep-float", multiple=True, metavar="NODE", help="A node to leave in float.")
 def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str | None,
-                output: Path, threads: int, batch_size: int) -> None:
+                output: Path, threads: int, batch_size: int, quantize: bool,
+                calib: Path | None, quant_mode: str, observer: str,
+                keep_float: tuple[str, ...]) -> None:
     """Compile an ONNX model into one artifact file (plan, weights, each backend's code)."""
     from vtakit.compiler.compile import compile_model
     from vtakit.compiler.errors import InvalidModelError, UnsupportedError
+    from vtakit.compiler.quantize import QuantOptions
+
+    if quantize and calib is None:
+        raise click.BadParameter("--quantize needs calibration data", param_hint="--calib")
+    qopts = QuantOptions(mode=quant_mode, observer=observer, keep_float=keep_float) \
+        if quantize else None
 
     opts = _option_pairs(options)
     cpu_opts: dict[str, object] | None = {"triple": triple} if triple is not None else None
@@ -266,12 +282,15 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
         cpu_opts = None
     try:
         art = compile_model(model, target=target, options=opts or None, cpu_options=cpu_opts,
-                            threads=threads, batch_size=batch_size)
+                            threads=threads, batch_size=batch_size, quantize=qopts,
+                            calib=calib)
     except (UnsupportedError, InvalidModelError) as err:
         raise click.ClickException(f"{model}: {err}") from None
     except (TypeError, ValueError) as err:
         raise click.ClickException(str(err)) from None
     art.save(output)
+    if art.quantization is not None:
+        click.echo(art.quantization.table())
     m = art.manifest
     by = ", ".join(f"{b} {n}" for b, n in m["steps_by_backend"].items())
     click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB): target {m['target']}, "

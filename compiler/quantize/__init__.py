@@ -58,6 +58,7 @@ class QuantReport:
 
     layers: list[LayerReport]
     sqnr_db: dict[str, float] = field(default_factory=dict)
+    mode: str = ""
     top1_agreement: float = float("nan")
     output_sqnr_db: float = float("nan")
     kept_for_loss: list[str] = field(default_factory=list)
@@ -70,8 +71,8 @@ class QuantReport:
             lines.append(f"{r.name[:32]:32s} {r.op[:16]:16s} {r.kind:20s} {r.mode:6s} "
                          f"{'' if r.shift is None else r.shift:>5} {r.multipliers or '':>5} "
                          f"{'' if q is None else f'{q:8.1f}':>8s}")
-        lines.append(f"outputs: SQNR {self.output_sqnr_db:.1f} dB, top-1 agreement "
-                     f"{100 * self.top1_agreement:.1f}%")
+        lines.append(f"mode {self.mode}; outputs: SQNR {self.output_sqnr_db:.1f} dB, top-1 "
+                     f"agreement {100 * self.top1_agreement:.1f}%")
         if self.kept_for_loss:
             lines.append(f"kept in float (SQNR below the limit): {self.kept_for_loss}")
         return "\n".join(lines)
@@ -147,4 +148,5 @@ def _report(g: Graph, qg: Graph, rw: Rewriter, samples: Sequence[Mapping[str, np
              for a, b in outs if a.ndim and a.dtype.kind == "f"]
     out_sq = sqnr_db(np.concatenate([a.ravel() for a, _ in outs]),
                      np.concatenate([b.ravel() for _, b in outs])) if outs else float("nan")
-    return QuantReport(rw.layers, sq, float(np.mean(agree)) if agree else float("nan"), out_sq)
+    return QuantReport(rw.layers, sq, rw.mode, float(np.mean(agree)) if agree else float("nan"),
+                       out_sq)

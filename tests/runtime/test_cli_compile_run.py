@@ -61,3 +61,24 @@ def test_compile_cross_and_backend_options(tmp_path) -> None:
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "mlp.onnx"), "--option", "fast=1",
                                   "-o", str(tmp_path / "b.vtak")])
     assert r.exit_code != 0 and "unknown option(s) ['fast']" in r.output
+
+
+def test_compile_quantized_digits(tmp_path) -> None:
+    from vtakit import digits
+
+    onnx.save(digits.load_model(), tmp_path / "d.onnx")
+    np.savez(tmp_path / "calib.npz", digits.calibration_set())
+    x, _ = digits.test_split()
+    np.save(tmp_path / "x.npy", x[:1])
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "d.onnx"), "--quantize", "-o",
+                                  str(tmp_path / "d.vtak")])
+    assert r.exit_code == 2 and "--quantize needs calibration data" in r.output
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "d.onnx"), "--quantize", "--calib",
+                                  str(tmp_path / "calib.npz"), "--quant-mode", "shift", "-o",
+                                  str(tmp_path / "d.vtak")])
+    assert r.exit_code == 0, r.output
+    assert "mode shift; outputs: SQNR" in r.output and "conv3x3_0" in r.output
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "d.vtak"), "--input",
+                                  str(tmp_path / "x.npy"), "--profile"])
+    assert r.exit_code == 0, r.output
+    assert "requantize" in r.output and "conv_integer" in r.output

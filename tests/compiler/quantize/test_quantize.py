@@ -15,7 +15,7 @@ from vtakit.compiler.lowering import lower_graph
 from vtakit.compiler.pipeline import optimize
 from vtakit.compiler.quantize import QuantOptions, load_calibration, quantize_graph
 from vtakit.compiler.quantize import requant as R
-from vtakit.compiler.quantize.calibrate import Mse, MinMax, Percentile
+from vtakit.compiler.quantize.calibrate import MinMax, Mse, Percentile
 from vtakit.runtime import GraphExecutor
 
 MODELS = [("mlp", (1, 784)), ("lenet", (1, 1, 28, 28)), ("transformer_block", (1, 16, 64)),
