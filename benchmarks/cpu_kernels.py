@@ -8,6 +8,13 @@
 2. ResNet-18's 20 convolutions (224×224, batch 1, bias + ReLU fused where the network has it):
    our summed time vs onnxruntime running a one-Conv model per layer with
    ``intra_op_num_threads`` = the same thread count, with the ratio ours / onnxruntime.
+3. int8 GEMM (`gemm_s8`, requantising to int8 with ReLU as the clamp) vs the float32 packed GEMM
+   (bias + ReLU) on ResNet-18's distinct convolutions as GEMMs, in `Conv2d`'s orientation
+   (M = Cout, K = Cin·KH·KW, N = OH·OW; weights are A): GOP/s of the kernels on packed operands
+   (VNNI and the portable variant), of the whole ``gemm_s8`` call (activations packed, offset
+   by 128, on every call), and the ratios int8 / float32.
+
+    python benchmarks/cpu_kernels.py --only int8 [--quick] [--threads 1 2]
 """
 
 from __future__ import annotations
@@ -147,14 +154,91 @@ def bench_resnet18_convs(threads: list[int], min_s: float) -> None:
         print(f"{'':>10} {'TOTAL':<16} {tot_ours:>7.3f} {tot_ort:>7.3f} {tot_ours / tot_ort:>6.2f}")
 
 
+def resnet18_gemm_shapes() -> list[tuple[str, int, int, int]]:
+    """(first layer, M = Cout, K = Cin*k*k, N = OH*OW) of ResNet-18's distinct convolutions."""
+    shapes: dict[tuple[int, int, int], str] = {}
+    for name, cin, h, _w, cout, k, s, p, _relu in RESNET18_CONVS:
+        oh = (h + 2 * p - k) // s + 1
+        shapes.setdefault((cout, cin * k * k, oh * oh), name)
+    return [(name, *shape) for shape, name in shapes.items()]
+
+
+def bench_gemm_s8(threads: list[int], min_s: float) -> None:
+    vnni_ok = G.default_vnni()
+    print("\nint8 GEMM (requantised to int8) vs float32 GEMM, ResNet-18 convolutions as GEMMs "
+          "(M=Cout, K=Cin*k*k, N=pixels), GOP/s")
+    print("  kernels on packed operands; 's8call' = gemm_s8() with activation packing")
+    if not vnni_ok:
+        print("  (no AVX-512 VNNI on this CPU: VNNI column skipped)")
+    print(f"{'layer':<15} {'M':>4} {'K':>5} {'N':>5} {'thr':>3} {'f32':>6} {'s8vnni':>7} "
+          f"{'s8port':>7} {'s8call':>7} {'vnni/f32':>8} {'port/f32':>8}")
+    rng = np.random.default_rng(2)
+    for name, m, k, n in resnet18_gemm_shapes():
+        _bench_s8_shape(name, m, k, n, threads, min_s, rng, vnni_ok)
+
+
+def _bench_s8_shape(name: str, m: int, k: int, n: int, threads: list[int], min_s: float,
+                    rng: np.random.Generator, vnni_ok: bool) -> None:
+    w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    x = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    fcfg = G.choose_config(n)  # as Conv2d: weights packed as A, pixels as B panels
+    pa = G.pack_a(w.astype(np.float32), fcfg)
+    pb = G.pack_b(x.astype(np.float32), fcfg)
+    fbias = rng.standard_normal(m, dtype=np.float32)
+    fout = np.empty((m, n), np.float32)
+    cfg = G.choose_s8_config(m, n, "a")
+    packed = G.pack_s8_weights(w, cfg, "nk")
+    bias = rng.integers(-(1 << 16), 1 << 16, m)
+    mult = rng.integers(1 << 10, 1 << 12, m)
+    shift = np.full(m, 24)
+    params = G.s8_channel_params(packed, bias, mult, shift)
+    act = G.pack_s8_activations(x, cfg)
+    out = np.empty((m, n), np.int8)
+    def wrap(v: np.ndarray) -> np.ndarray:  # int32 wrap-around, as the kernel
+        return v.astype(np.int32).astype(np.int64)
+
+    acc = wrap(w.astype(np.int64) @ x.astype(np.int64) + bias[:, None])
+    want = np.clip(wrap(wrap(acc * mult[:, None]) + (1 << 23)) >> 24, 0, 127)
+    ops = 2.0 * m * n * k
+    for t in threads:
+        def f32(t: int = t) -> None:
+            G.gemm_packed(pa, pb, fout, fbias, "row", "relu", 0.0, 0.0, t)
+
+        def s8(vnni: bool, t: int = t) -> None:
+            G.gemm_s8_packed(act, packed, out, params, True, 0, 127, t, vnni)
+
+        def call(t: int = t) -> None:
+            G.gemm_s8(x, packed, bias=bias, multiplier=mult, shift=shift, lo=0, hi=127,
+                      out=out, threads=t)
+
+        rates = {}
+        for key, fn in [("f32", f32), ("vnni", lambda: s8(True)), ("port", lambda: s8(False)),
+                        ("call", call)]:
+            if key == "vnni" and not vnni_ok:
+                continue
+            out[...] = 0
+            rates[key] = ops / best_time(fn, min_s) / 1e9
+            if key != "f32":
+                np.testing.assert_array_equal(out, want)
+        vn = rates.get("vnni", float("nan"))
+        print(f"{name:<15} {m:>4} {k:>5} {n:>5} {t:>3} {rates['f32']:>6.1f} {vn:>7.1f} "
+              f"{rates['port']:>7.1f} {rates['call']:>7.1f} {vn / rates['f32']:>8.2f} "
+              f"{rates['port'] / rates['f32']:>8.2f}")
+
+
+SECTIONS = {"gemm": bench_gemm, "convs": bench_resnet18_convs, "int8": bench_gemm_s8}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--quick", action="store_true", help="shorter timings")
+    ap.add_argument("--only", nargs="+", choices=list(SECTIONS), default=list(SECTIONS),
+                    help="sections to run (default: all)")
     args = ap.parse_args()
     min_s = 0.1 if args.quick else 0.4
-    bench_gemm(args.threads, min_s)
-    bench_resnet18_convs(args.threads, min_s)
+    for name in args.only:
+        SECTIONS[name](args.threads, min_s)
 
 
 if __name__ == "__main__":

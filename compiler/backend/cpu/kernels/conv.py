@@ -64,22 +64,23 @@ class ConvGeom:
         return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
 
 
-def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
+def _im2col_module(g: ConvGeom, nr: int, elem: ir.Type = U.F32) -> ir.Module:
     """im2col_pack(x, dst, jp0, jp1): dst[jp, k, c] = x[ci, ih, iw] for pixel jp*nr + c and
-    k = (ci, kh, kw).
+    k = (ci, kh, kw), elements of type `elem` (float32, or int8 for the int8 convolution, which
+    takes nr = all pixels: one [K, pixels] matrix for the int8 GEMM's packer).
 
     A panel's pixels split into segments that lie in one output row; for each segment and tap
     (kh, kw) the in-bounds columns are a strided copy along the input row, the rest zero. The
     bounds are computed once per (segment, tap) and reused over all input channels.
     """
     m = ir.Module(name=f"im2col_{g.c}x{g.h}x{g.w}_k{g.kh}x{g.kw}_s{g.sh}x{g.sw}_p{g.ph}x{g.pw}"
-                       f"_d{g.dh}x{g.dw}_nr{nr}")
+                       f"_d{g.dh}x{g.dw}_nr{nr}_{elem}")
     _, b = U.new_function(m, "im2col_pack", [("x", U.PTR), ("dst", U.PTR), ("jp0", U.I64),
                                               ("jp1", U.I64)])
     x, dst, jp0, jp1 = b.function.args
     ow, npix = g.ow, g.oh * g.ow
     ktot, khw, hw = g.c * g.kh * g.kw, g.kh * g.kw, g.h * g.w
-    zero = U.f32(0.0)
+    zero = ir.Constant(elem, 0.0 if elem == U.F32 else 0)
     with U.loop(b, jp0, jp1, 1, "jp") as jp:
         p0 = b.mul(jp, U.i64(nr))
         base = b.mul(jp, U.i64(ktot * nr))
@@ -87,7 +88,7 @@ def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
         # columns past the last pixel: zero in every row
         with U.loop(b, 0, U.i64(ktot), 1, "zk") as k:
             with U.loop(b, valid, U.i64(nr), 1, "zc") as c:
-                U.store(b, U.F32, zero, dst, b.add(base, b.add(b.mul(k, U.i64(nr)), c)))
+                U.store(b, elem, zero, dst, b.add(base, b.add(b.mul(k, U.i64(nr)), c)))
         # segments: c0 = first panel column, oh, ow0, seg_len; loop while c0 < valid
         pre = b.block
         fn = pre.function
@@ -125,12 +126,12 @@ def _im2col_module(g: ConvGeom, nr: int) -> ir.Module:
                     drow = b.add(drow, dshift)
                     srow = b.add(b.mul(ci, U.i64(hw)), src0)
                     with U.loop(b, ow0, lo, 1, "zl") as o:
-                        U.store(b, U.F32, zero, dst, b.add(drow, o))
+                        U.store(b, elem, zero, dst, b.add(drow, o))
                     with U.loop(b, lo, hi, 1, "cp") as o:
-                        v = U.load(b, U.F32, x, b.add(srow, b.mul(o, U.i64(g.sw))))
-                        U.store(b, U.F32, v, dst, b.add(drow, o))
+                        v = U.load(b, elem, x, b.add(srow, b.mul(o, U.i64(g.sw))))
+                        U.store(b, elem, v, dst, b.add(drow, o))
                     with U.loop(b, hi, ow1, 1, "zr") as o:
-                        U.store(b, U.F32, zero, dst, b.add(drow, o))
+                        U.store(b, elem, zero, dst, b.add(drow, o))
 
         # Large kernels (a 7x7 stem) loop over kh at run time: unrolling all kh*kw taps makes
         # the optimiser take tens of seconds on that one module.

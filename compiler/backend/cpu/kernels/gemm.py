@@ -21,7 +21,26 @@ which releases the GIL.
 
 int8 × int8 → int32 GEMM (`gemm_int8`), called from numpy, bit-exact: a row-major i-k-j loop
 nest whose j loop widens (sext i8 → i32) and is vectorised by LLVM; threads split the rows.
-Correctness first: a ``vpdpbusd`` micro-kernel would need B packed as 4-deep k groups.
+
+Packed int8 GEMM with the accelerator's requantisation epilogue (`gemm_s8`, `build_s8_module`),
+the same integers as the accelerator's int32 ALU, at ``vpdpbusd`` speed:
+
+* Both operands are packed in 4-deep k groups (K padded with zeros to a multiple of 4):
+  ``Ap[ip, g, r, j] = A[ip*MR + r, 4g + j]`` and ``Bp[jp, g, c, j] = B[4g + j, jp*NR + c]``, so
+  one k group of a B panel is ``NR/16`` ``<64 x i8>`` vectors (16 int32 lanes × 4 bytes) and of
+  an A panel ``MR`` 4-byte words, each broadcast to 16 lanes.
+* ``vpdpbusd`` multiplies unsigned by signed bytes. The activations are offset by 128
+  (``x ^ 0x80``) when packed at run time; the constant weights stay signed, and
+  ``128 * sum_k W[k, n]`` (computed when they are packed) is subtracted through the bias:
+  ``acc + b[n] = acc_u8 + (b[n] - 128 * wsum[n])`` holds exactly modulo 2^32.
+* Either operand may be the weights (`S8Config.weights`): "b" (channels are columns: Gemm,
+  MatMul) or "a" (channels are rows: the convolution's ``Y[Cout, pixels]``, as `Conv2d`).
+* The micro-kernel keeps an ``MR × NR`` int32 tile in ``MR*NR/16`` registers over the whole of
+  K (no K blocking: int8 output cannot hold partial sums), then the epilogue on 16 outputs at a
+  time with per-channel parameters as vectors (weights "b") or broadcasts (weights "a"): bias,
+  multiply, rounding shift (per-lane ``vpsravd``), clamp, narrow.
+* `vnni=False` builds the same kernel from plain vector IR (byte extraction and int32
+  multiply-adds) for hosts without AVX-512 VNNI and for cross-compilation (aarch64).
 
 The generic matmul (`MatmulSpec`, `matmul`): a naive loop nest (a `loops.Kernel`) for every
 other MatMul / Gemm of the lowering: any dtype, batch broadcasting, transposes, C, and the
@@ -31,14 +50,16 @@ integer and quantised forms (MatMulInteger, QLinearMatMul) with zero points and 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 import llvmlite.ir as ir
 import numpy as np
+from llvmlite.binding import llvm_version_info
 
-from vtakit.runtime.cpu.llvm import CACHE, JitModule
+from vtakit.runtime.cpu.llvm import CACHE, JitModule, host_has
 from vtakit.runtime.cpu.parallel import run_parallel, split_range
 
 from ....ir.dtypes import DType
@@ -512,6 +533,627 @@ def gemm_int8(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     run_parallel([lambda s=s, e=e: fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, m, n, k,
                                       s, e)
                   for s, e in split_range(m, threads)])
+    return out
+
+
+# -- int8 × int8 → int32, packed: VNNI (or portable) micro-kernel, requantisation epilogue -------
+
+S8Side = Literal["a", "b"]
+S8Epilogue = Literal["bias", "requant"]
+S8_KG = 4  # k values per packed group: one ``vpdpbusd`` lane sums 4 byte products
+S8_XOR = 0x80  # activation byte ^ 0x80 = activation + 128 as an unsigned byte
+_V16 = 16  # int32 lanes per vector
+
+
+@dataclass(frozen=True)
+class S8Config:
+    """Blocking of the int8 GEMM and which operand holds the constant weights.
+
+    ``weights="b"``: ``C[M, N] = A[M, K] @ W[K, N]``, channels are columns (Gemm / MatMul, and
+    a convolution with pixels as rows). ``weights="a"``: ``C[N, P] = W[N, K] @ X[K, P]``,
+    channels are rows (the float32 `Conv2d`'s orientation: output channels × pixels, NCHW).
+    ``nr`` is a multiple of 16 (int32 lanes); ``mc`` counts rows per cache block.
+    """
+
+    mr: int = 8
+    nr: int = 32
+    mc: int = 64
+    unroll: int = 2
+    weights: S8Side = "b"
+
+    def __post_init__(self) -> None:
+        if self.nr % _V16 or self.nr <= 0 or self.mr <= 0:
+            raise ValueError(f"S8Config: nr={self.nr} must be a positive multiple of {_V16} and "
+                             f"mr={self.mr} positive")
+        if self.mc % self.mr or self.mc <= 0 or self.unroll < 1:
+            raise ValueError(f"S8Config: mc={self.mc} must be a positive multiple of "
+                             f"mr={self.mr} and unroll={self.unroll} >= 1")
+        if self.weights not in ("a", "b"):
+            raise ValueError(f"S8Config: weights={self.weights!r}, expected 'a' or 'b'")
+
+    @property
+    def channel_width(self) -> int:
+        """Channels per weight panel: ``nr`` (weights in B) or ``mr`` (weights in A)."""
+        return self.nr if self.weights == "b" else self.mr
+
+
+@functools.cache
+def default_vnni() -> bool:
+    """The kernel variant for this host: ``vpdpbusd`` where the CPU has AVX-512 VNNI."""
+    return host_has("avx512vnni")
+
+
+def _vpdpbusd(b: ir.IRBuilder, acc: ir.Value, u8: ir.Value, s8: ir.Value) -> ir.Value:
+    # LLVM 22 types the byte operands <64 x i8> (llvm-project PR #155194); before, <16 x i32>.
+    vt = U.vec(U.I32, _V16)
+    if llvm_version_info >= (22,):
+        bt: ir.Type = U.vec(U.I8, 64)
+    else:
+        bt, u8, s8 = vt, b.bitcast(u8, vt), b.bitcast(s8, vt)
+    fn = U.intrinsic(b.module, "llvm.x86.avx512.vpdpbusd.512", vt, [vt, bt, bt])
+    return b.call(fn, [acc, u8, s8])
+
+
+def _lane_bytes(b: ir.IRBuilder, x: ir.Value, j: int, signed: bool) -> ir.Value:
+    """Byte j of each int32 lane of `x` (<64 x i8>), sign- or zero-extended in place."""
+    vt = U.vec(U.I32, _V16)
+    x = b.bitcast(x, vt)
+    if signed:
+        return b.ashr(b.shl(x, U.const_vec(U.I32, _V16, 24 - 8 * j)), U.const_vec(U.I32, _V16, 24))
+    return b.and_(b.lshr(x, U.const_vec(U.I32, _V16, 8 * j)), U.const_vec(U.I32, _V16, 255))
+
+
+def _ivec_intrinsic(b: ir.IRBuilder, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    t = x.type
+    return b.call(U.intrinsic(b.module, f"llvm.{name}.v{t.count}i32", t, [t, t]), [x, y])
+
+
+def _masked_store(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, mask: ir.Value) -> None:
+    t = v.type
+    elt = "i8" if t.element == U.I8 else "i32"
+    fn = U.intrinsic(b.module, f"llvm.masked.store.v{t.count}{elt}.p0", U.VOID,
+                     [t, U.PTR, U.I32, U.vec(U.I1, t.count)])
+    b.call(fn, [v, ptr, ir.Constant(U.I32, 1), mask])
+
+
+def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: int,
+                vnni: bool) -> ir.Function:
+    """ukernel_s8(k4, a, b, c, ldc, mrem, nrem, bias, mult, shift, lo, hi): one MR×NR tile.
+
+    ``a``/``b`` point at the tile's packed panels, ``c`` at its first output element;
+    ``bias``/``mult``/``shift`` at its first channel (a column, or a row when the weights are
+    A). Stores rows < mrem and columns < nrem.
+    """
+    mr, nr, nv = cfg.mr, cfg.nr, cfg.nr // _V16
+    vt, bytes_t = U.vec(U.I32, _V16), U.vec(U.I8, 64)
+    ot = U.I8 if out_bits == 8 else U.I32
+    fn, b = U.new_function(module, "ukernel_s8", [
+        ("k4", U.I64), ("a", U.PTR), ("b", U.PTR), ("c", U.PTR), ("ldc", U.I64),
+        ("mrem", U.I64), ("nrem", U.I64), ("bias", U.PTR), ("mult", U.PTR), ("shift", U.PTR),
+        ("lo", U.I32), ("hi", U.I32)], noalias=False)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    k4, a, bp, c, ldc, mrem, nrem, bias_p, mult_p, shift_p, lo, hi = fn.args
+    zero = ir.Constant(vt, [0] * _V16)
+
+    # The activations are the unsigned operand (offset by 128): B's vectors when the weights
+    # are A, A's broadcast words when the weights are B.
+    a_signed = cfg.weights == "a"
+
+    def step(bld: ir.IRBuilder, k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        boff = bld.mul(k, U.i64(nr * S8_KG))
+        bvs = [U.vload(bld, 64, bp, bld.add(boff, U.i64(64 * v)), U.I8, align=1)
+               for v in range(nv)]
+        aoff = bld.mul(k, U.i64(mr))
+        out = list(acc)
+        if vnni:
+            for r in range(mr):
+                aw = U.load(bld, U.I32, a, bld.add(aoff, U.i64(r)), align=1)
+                av = bld.bitcast(U.splat(bld, aw, _V16), bytes_t)
+                for v in range(nv):
+                    u8, s8 = (bvs[v], av) if a_signed else (av, bvs[v])
+                    out[r * nv + v] = _vpdpbusd(bld, out[r * nv + v], u8, s8)
+            return out
+        # Portable: one k of the group at a time, int32 multiply-adds of bytes extended in
+        # place (B's vectors) or loaded as scalars and broadcast (A's), so that few values are
+        # live at once. Each product fits 16 bits, which x86 turns into vpmaddwd / vpdpwssd.
+        for j in range(S8_KG):
+            bj = [_lane_bytes(bld, x, j, not a_signed) for x in bvs]
+            for r in range(mr):
+                ab = U.load(bld, U.I8, a, bld.add(bld.mul(bld.add(aoff, U.i64(r)), U.i64(
+                    S8_KG)), U.i64(j)))
+                aj = U.splat(bld, bld.sext(ab, U.I32) if a_signed else bld.zext(ab, U.I32), _V16)
+                for v in range(nv):
+                    out[r * nv + v] = bld.add(out[r * nv + v], bld.mul(aj, bj[v]))
+        return out
+
+    # main loop, `unroll` k-groups per iteration, then a remainder loop (as the f32 kernel)
+    un = cfg.unroll
+    kmain = b.mul(b.udiv(k4, U.i64(un)), U.i64(un))
+    pre = b.block
+    head, body, rhead, rbody, done = (fn.append_basic_block(n) for n in (
+        "k.head", "k.body", "r.head", "r.body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(U.I64, "k")
+    acc = [b.phi(vt, f"acc{i}") for i in range(mr * nv)]
+    k.add_incoming(U.i64(0), pre)
+    for p in acc:
+        p.add_incoming(zero, pre)
+    b.cbranch(b.icmp_signed("<", k, kmain), body, rhead)
+    b.position_at_end(body)
+    cur: list[ir.Value] = list(acc)
+    for u in range(un):
+        cur = step(b, b.add(k, U.i64(u)), cur)
+    k.add_incoming(b.add(k, U.i64(un)), b.block)
+    for p, v in zip(acc, cur, strict=True):
+        p.add_incoming(v, b.block)
+    b.branch(head)
+    b.position_at_end(rhead)
+    k2 = b.phi(U.I64, "k2")
+    acc2 = [b.phi(vt, f"racc{i}") for i in range(mr * nv)]
+    k2.add_incoming(k, head)
+    for p, q in zip(acc2, acc, strict=True):
+        p.add_incoming(q, head)
+    b.cbranch(b.icmp_signed("<", k2, k4), rbody, done)
+    b.position_at_end(rbody)
+    cur = step(b, k2, list(acc2))
+    k2.add_incoming(b.add(k2, U.i64(1)), b.block)
+    for p, v in zip(acc2, cur, strict=True):
+        p.add_incoming(v, b.block)
+    b.branch(rhead)
+
+    # Epilogue on 16 outputs per vector op (16 channels when the weights are B, with per-lane
+    # multipliers and shifts: vpmulld, vpsllvd, vpsravd; 16 pixels of one channel when they are
+    # A), clamp with smax / smin, narrow to int8 (vpmovdb).
+    b.position_at_end(done)
+    lo_v, hi_v = U.splat(b, lo, _V16), U.splat(b, hi, _V16)
+    one = U.const_vec(U.I32, _V16, 1)
+
+    def chan(ptr: ir.Value, r: int, v: int) -> ir.Value:
+        if cfg.weights == "b":
+            return U.vload(b, _V16, ptr, U.i64(_V16 * v), U.I32, align=4)
+        return U.splat(b, U.load(b, U.I32, ptr, r), _V16)
+
+    params: dict[tuple[int, int], tuple[ir.Value, ...]] = {}
+    for r in range(mr if cfg.weights == "a" else 1):
+        for v in range(nv if cfg.weights == "b" else 1):
+            bias = chan(bias_p, r, v)
+            if epilogue == "requant":
+                s = chan(shift_p, r, v)
+                rnd = b.lshr(b.shl(one, s), one)  # 1 << (s - 1), or 0 for s == 0
+                params[r, v] = (bias, chan(mult_p, r, v), s, rnd)
+            else:
+                params[r, v] = (bias,)
+    vals = []
+    for r in range(mr):
+        for v in range(nv):
+            prm = params[r if cfg.weights == "a" else 0, v if cfg.weights == "b" else 0]
+            t = b.add(acc2[r * nv + v], prm[0])
+            if epilogue == "requant":
+                t = b.ashr(b.add(b.mul(t, prm[1]), prm[3]), prm[2])
+                t = _ivec_intrinsic(b, "smin", _ivec_intrinsic(b, "smax", t, lo_v), hi_v)
+            vals.append(b.trunc(t, U.vec(U.I8, _V16)) if out_bits == 8 else t)
+
+    full = b.and_(b.icmp_signed("==", mrem, U.i64(mr)), b.icmp_signed("==", nrem, U.i64(nr)))
+    with b.if_else(full) as (then, other):
+        with then:
+            for r in range(mr):
+                for v in range(nv):
+                    U.vstore(b, vals[r * nv + v], c,
+                             b.add(b.mul(U.i64(r), ldc), U.i64(_V16 * v)), ot, align=1)
+        with other:
+            nrem_v = U.splat(b, nrem, _V16)
+            masks = [b.icmp_signed("<", ir.Constant(U.vec(U.I64, _V16), [
+                _V16 * v + i for i in range(_V16)]), nrem_v) for v in range(nv)]
+            for r in range(mr):
+                with b.if_then(b.icmp_signed("<", U.i64(r), mrem)):
+                    for v in range(nv):
+                        ptr = U.gep(b, ot, c, b.add(b.mul(U.i64(r), ldc), U.i64(_V16 * v)))
+                        _masked_store(b, vals[r * nv + v], ptr, masks[v])
+    b.ret_void()
+    return fn
+
+
+def _s8_macro(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: int,
+              vnni: bool) -> None:
+    """gemm_s8(ap, bp, c, bias, mult, shift, M, N, K, ldc, ip0, ip1, jp0, jp1, lo, hi).
+
+    C tiles with row-panel index in [ip0, ip1) and column-panel index in [jp0, jp1); row stride
+    ``ldc`` elements; ``K`` unpadded. ``bias`` / ``mult`` / ``shift``: int32 per channel, padded
+    to whole panels (`s8_channel_params`); the "bias" epilogue reads only ``bias``. Loops:
+    blocks of ``mc`` rows (their A panels stay in L2), then the B panels, then the A panels of
+    the block, so each B panel is reused ``mc / mr`` times.
+    """
+    uk = _s8_ukernel(module, cfg, epilogue, out_bits, vnni)
+    mr, nr = cfg.mr, cfg.nr
+    esize = out_bits // 8
+    fn, b = U.new_function(module, "gemm_s8", [
+        ("ap", U.PTR), ("bp", U.PTR), ("c", U.PTR), ("bias", U.PTR), ("mult", U.PTR),
+        ("shift", U.PTR), ("M", U.I64), ("N", U.I64), ("K", U.I64), ("ldc", U.I64),
+        ("ip0", U.I64), ("ip1", U.I64), ("jp0", U.I64), ("jp1", U.I64), ("lo", U.I64),
+        ("hi", U.I64)])
+    ap, bp, c, bias_p, mult_p, shift_p, M, N, K, ldc, ip0, ip1, jp0, jp1, lo, hi = fn.args
+    k4 = b.udiv(b.add(K, U.i64(S8_KG - 1)), U.i64(S8_KG))
+    apanel, bpanel = b.mul(k4, U.i64(mr * S8_KG)), b.mul(k4, U.i64(nr * S8_KG))
+    lo32, hi32 = b.trunc(lo, U.I32), b.trunc(hi, U.I32)
+    mcp = cfg.mc // mr
+    with U.loop(b, ip0, ip1, mcp, "i0") as i0:
+        i1 = U.imin(b, b.add(i0, U.i64(mcp)), ip1)
+        with U.loop(b, jp0, jp1, 1, "jp") as jp:
+            bpp = U.gep(b, U.I8, bp, b.mul(jp, bpanel))
+            col0 = b.mul(jp, U.i64(nr))
+            nrem = U.imin(b, U.i64(nr), b.sub(N, col0))
+            with U.loop(b, i0, i1, 1, "ip") as ip:
+                app = U.gep(b, U.I8, ap, b.mul(ip, apanel))
+                row0 = b.mul(ip, U.i64(mr))
+                mrem = U.imin(b, U.i64(mr), b.sub(M, row0))
+                ctile = U.gep(b, U.I8, c, b.mul(b.add(b.mul(row0, ldc), col0), U.i64(esize)))
+                ch = b.mul(col0 if cfg.weights == "b" else row0, U.i64(4))
+                b.call(uk, [k4, app, bpp, ctile, ldc, mrem, nrem, U.gep(b, U.I8, bias_p, ch),
+                            U.gep(b, U.I8, mult_p, ch), U.gep(b, U.I8, shift_p, ch), lo32,
+                            hi32])
+    b.ret_void()
+
+
+def _masked_load_i8(b: ir.IRBuilder, ptr: ir.Value, mask: ir.Value) -> ir.Value:
+    """Bytes at `ptr` where `mask` is set (the others are not read), 0 elsewhere."""
+    n = mask.type.count
+    vt = U.vec(U.I8, n)
+    fn = U.intrinsic(b.module, f"llvm.masked.load.v{n}i8.p0", vt,
+                     [U.PTR, U.I32, U.vec(U.I1, n), vt])
+    return b.call(fn, [ptr, ir.Constant(U.I32, 1), mask, ir.Constant(vt, [0] * n)])
+
+
+def _s8_pack_ir(module: ir.Module, name: str, width: int) -> None:
+    """name(src, dst, rows, K, s_row, s_k, p0, p1, xor): panels [p0, p1) of ``width`` rows in
+    4-deep k groups, ``dst[p, g, w, j] = (src[(p*width + w)*s_row + (4g + j)*s_k] or 0 past
+    rows or K) ^ xor``. Fast paths: whole panels contiguous across rows (``s_row == 1``: B =
+    activations [K, P]) and rows contiguous in k (``s_k == 1``: A = activations [M, K])."""
+    fn, b = U.new_function(module, name, [
+        ("src", U.PTR), ("dst", U.PTR), ("rows", U.I64), ("K", U.I64), ("s_row", U.I64),
+        ("s_k", U.I64), ("p0", U.I64), ("p1", U.I64), ("xor", U.I64)])
+    src, dst, rows, K, s_row, s_k, p0, p1, xor = fn.args
+    k4 = b.udiv(b.add(K, U.i64(S8_KG - 1)), U.i64(S8_KG))
+    kfull = b.udiv(K, U.i64(S8_KG))
+    x8 = b.trunc(xor, U.I8)
+    x32 = b.mul(b.zext(x8, U.I32), ir.Constant(U.I32, 0x01010101))
+    panel = b.mul(k4, U.i64(width * S8_KG))
+    wt = U.vec(U.I32, width)
+    lanes = ir.Constant(U.vec(U.I64, width), list(range(width)))
+    cols = b.icmp_signed("==", s_row, U.i64(1))
+    rowk = b.and_(b.icmp_signed("==", s_k, U.i64(1)), b.not_(cols))
+
+    with U.loop(b, p0, p1, 1, "p") as p:
+        base = b.mul(p, panel)
+        wbase = b.udiv(base, U.i64(S8_KG))  # in int32 words
+        row0 = b.mul(p, U.i64(width))
+        valid = U.imax(b, U.imin(b, U.i64(width), b.sub(rows, row0)), U.i64(0))
+        with b.if_then(cols):
+            # 4 masked loads of `width` bytes (k = 4g..4g+3) merged into `width` int32 words:
+            # byte j of word w is k = 4g + j (little-endian targets)
+            in_rows = b.icmp_signed("<", lanes, U.splat(b, valid, width))
+            def zip2(x: ir.Value, y: ir.Value) -> ir.Value:
+                n = x.type.count
+                return b.shuffle_vector(x, y, ir.Constant(U.vec(U.I32, 2 * n), [
+                    i // 2 + (n if i % 2 else 0) for i in range(2 * n)]))
+
+            def groups(g0: ir.Value, g1: ir.Value, masked: bool) -> None:
+                with U.loop(b, g0, g1, 1, "g") as g:
+                    ks = []
+                    for j in range(S8_KG):
+                        kk = b.add(b.mul(g, U.i64(S8_KG)), U.i64(j))
+                        ptr = U.gep(b, U.I8, src, b.add(row0, b.mul(kk, s_k)))
+                        if masked:
+                            mask = b.and_(in_rows, U.splat(b, b.icmp_signed("<", kk, K), width))
+                            ks.append(_masked_load_i8(b, ptr, mask))
+                        else:
+                            ks.append(U.vload(b, width, ptr, 0, U.I8, align=1))
+                    h16 = U.vec(U.I16, width)
+                    word = zip2(b.bitcast(zip2(ks[0], ks[1]), h16),
+                                b.bitcast(zip2(ks[2], ks[3]), h16))
+                    U.vstore(b, b.xor(b.bitcast(word, wt), U.splat(b, x32, width)), dst,
+                             b.add(wbase, b.mul(g, U.i64(width))), U.I32, align=1)
+
+            # whole groups of a whole panel unmasked, the rest (k tail, last panel) masked
+            gfull = b.select(b.icmp_signed("==", valid, U.i64(width)), kfull, U.i64(0))
+            groups(U.i64(0), gfull, False)
+            groups(gfull, k4, True)
+        with b.if_then(rowk):
+            # one 4-byte word per row and whole group; for a whole panel of 2^i <= 16 rows,
+            # 16 bytes (4 groups) of each row at a time, transposed into 4 groups of the panel
+            g0 = U.i64(0)
+            if width <= 16 and width & (width - 1) == 0:
+                whole = b.icmp_signed("==", valid, U.i64(width))
+                g0 = b.select(whole, b.mul(b.udiv(kfull, U.i64(4)), U.i64(4)), U.i64(0))
+                wt4 = U.vec(U.I32, 4 * width)
+                with U.loop(b, 0, g0, 4, "g4") as g:
+                    rows4 = [U.vload(b, 4, U.gep(b, U.I8, src, b.add(b.mul(b.add(
+                        row0, U.i64(w)), s_row), b.mul(g, U.i64(S8_KG)))), 0, U.I32, align=1)
+                        for w in range(width)]
+                    while len(rows4) > 1:  # concatenate: row w's 4 words at 4w..4w+3
+                        n = rows4[0].type.count
+                        rows4 = [b.shuffle_vector(x, y, ir.Constant(U.vec(U.I32, 2 * n), list(
+                            range(2 * n)))) for x, y in zip(rows4[::2], rows4[1::2], strict=True)]
+                    t = b.shuffle_vector(rows4[0], ir.Constant(wt4, ir.Undefined), ir.Constant(
+                        wt4, [4 * w + q for q in range(4) for w in range(width)]))
+                    U.vstore(b, b.xor(t, U.splat(b, x32, 4 * width)), dst,
+                             b.add(wbase, b.mul(g, U.i64(width))), U.I32, align=1)
+            with U.loop(b, 0, valid, 1, "w") as w:
+                srow = U.gep(b, U.I8, src, b.mul(b.add(row0, w), s_row))
+                with U.loop(b, g0, kfull, 1, "gw") as g:
+                    word = U.load(b, U.I32, srow, g, align=1)
+                    U.store(b, U.I32, b.xor(word, x32), dst,
+                            b.add(wbase, b.add(b.mul(g, U.i64(width)), w)), align=1)
+        # The rest byte by byte: the k tail of `rowk`, or all of a strided source.
+        gstart = b.select(cols, k4, b.select(rowk, kfull, U.i64(0)))
+        with U.loop(b, 0, valid, 1, "wb") as w:
+            with U.loop(b, b.mul(gstart, U.i64(S8_KG)), b.mul(k4, U.i64(S8_KG)), 1, "kb") as kk:
+                ok = b.icmp_signed("<", kk, K)
+                idx = b.select(ok, b.add(b.mul(b.add(row0, w), s_row), b.mul(kk, s_k)),
+                               U.i64(0))
+                v = b.xor(b.select(ok, U.load(b, U.I8, src, idx), ir.Constant(U.I8, 0)), x8)
+                g = b.lshr(kk, U.i64(2))
+                U.store(b, U.I8, v, dst, b.add(base, b.add(b.mul(b.add(
+                    b.mul(g, U.i64(width)), w), U.i64(S8_KG)), b.and_(kk, U.i64(3)))))
+        with U.loop(b, valid, U.i64(width), 1, "wz") as w:  # rows past the end
+            with U.loop(b, b.select(cols, k4, U.i64(0)), k4, 1, "kz") as g:
+                U.store(b, U.I32, x32, dst, b.add(wbase, b.add(b.mul(g, U.i64(width)), w)),
+                        align=1)
+    b.ret_void()
+
+
+def build_s8_module(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int = 32,
+                    vnni: bool = True) -> ir.Module:
+    """The int8 GEMM module of one variant: ``gemm_s8`` (`S8_MACRO_ARGS`), ``pack_a_s8`` and
+    ``pack_b_s8`` (`S8_PACK_ARGS`).
+
+    `vnni` picks ``vpdpbusd`` (x86-64 with AVX-512 VNNI only: LLVM aborts the process when
+    asked to emit it for another target) or portable vector IR (any target, e.g.
+    ``emit_object(module, AARCH64_TRIPLE)``); both compute the same integers from the same
+    packed data. `epilogue`: "bias" (``acc + bias``) or "requant" (the full requantisation with
+    clamp); `out_bits`: 8 or 32.
+    """
+    if epilogue not in ("bias", "requant") or out_bits not in (8, 32):
+        raise ValueError(f"build_s8_module: epilogue={epilogue!r} (expected 'bias' or "
+                         f"'requant') and out_bits={out_bits} (expected 8 or 32)")
+    if out_bits == 8 and epilogue != "requant":
+        raise ValueError("build_s8_module: int8 output needs epilogue='requant' (the clamp)")
+    m = ir.Module(name=f"gemm_s8_mr{cfg.mr}_nr{cfg.nr}_{cfg.weights}_{epilogue}_o{out_bits}_"
+                       f"{'vnni' if vnni else 'portable'}")
+    _s8_macro(m, cfg, epilogue, out_bits, vnni)
+    _s8_pack_ir(m, "pack_a_s8", cfg.mr)
+    _s8_pack_ir(m, "pack_b_s8", cfg.nr)
+    return m
+
+
+def _s8_pack_module(cfg: S8Config) -> ir.Module:
+    """Only the packers of `build_s8_module` (the same in every variant)."""
+    m = ir.Module(name=f"pack_s8_mr{cfg.mr}_nr{cfg.nr}")
+    _s8_pack_ir(m, "pack_a_s8", cfg.mr)
+    _s8_pack_ir(m, "pack_b_s8", cfg.nr)
+    return m
+
+
+def s8_kernels(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int = 32,
+               vnni: bool | None = None) -> JitModule:
+    """The compiled int8 GEMM module of one variant (once per process); `vnni` defaults to
+    `default_vnni`."""
+    vnni = default_vnni() if vnni is None else vnni
+    if vnni and not default_vnni():
+        raise ValueError("gemm_s8: vnni=True needs AVX-512 VNNI, which this CPU lacks "
+                         "(host_has('avx512vnni') is False); use vnni=False or None")
+    return CACHE.get(("gemm_s8", cfg, epilogue, out_bits, vnni),
+                     lambda: build_s8_module(cfg, epilogue, out_bits, vnni))
+
+
+# gemm_s8(ap, bp, c, bias, mult, shift, M, N, K, ldc, ip0, ip1, jp0, jp1, lo, hi)
+S8_MACRO_SIG = "pppppp" + "l" * 10
+S8_MACRO_ARGS = (_P,) * 6 + (_L,) * 10
+# pack_a_s8 / pack_b_s8(src, dst, rows, K, s_row, s_k, p0, p1, xor)
+S8_PACK_SIG = "pp" + "l" * 7
+S8_PACK_ARGS = (_P, _P) + (_L,) * 7
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: type, align: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    off = -raw.ctypes.data % align
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+@dataclass(frozen=True)
+class PackedS8:
+    """Constant int8 weights packed for `gemm_s8`: ``data[p, g, w, j] = W[channel p*width + w,
+    k 4g + j]`` (int8, 0 past the channels or K; ``width = cfg.channel_width``) and ``wsum``, the
+    weights summed over k per channel (int64, 0 past the channels)."""
+
+    data: np.ndarray
+    wsum: np.ndarray
+    k: int
+    n: int
+    cfg: S8Config
+
+    @property
+    def panels(self) -> int:
+        return self.data.shape[0]
+
+
+# (mr, nr) register blockings of the int8 kernel, within a few % of one another on whole tiles
+# (≈ 95% of vpdpbusd's peak on Zen 4), so the choice only trims padded tiles. (16, 16) is as
+# fast with VNNI but 25-50% slower in the portable variant (one broadcast per multiply-add).
+_S8_BLOCKINGS = ((8, 32), (4, 64))
+
+
+def choose_s8_config(n: int, m: int | None = None, weights: S8Side = "b") -> S8Config:
+    """The int8 blocking for `n` channels and (when known) `m` rows / pixels (the other output
+    dimension): the least padded output tile area, ties to the first of `_S8_BLOCKINGS`."""
+    def cost(blk: tuple[int, int]) -> int:
+        mr, nr = blk
+        ch, other = (nr, mr) if weights == "b" else (mr, nr)
+        return _cdiv(n, ch) * ch * (_cdiv(m, other) * other if m else other)
+
+    mr, nr = min(_S8_BLOCKINGS, key=cost)
+    return S8Config(mr=mr, nr=nr, mc=mr * max(1, 64 // mr), weights=weights)
+
+
+def pack_s8_weights(w: np.ndarray, cfg: S8Config | None = None,
+                    layout: Literal["kn", "nk"] = "kn") -> PackedS8:
+    """Pack constant int8 weights once, for many `gemm_s8` calls: `w` is ``[K, N]``
+    (``layout="kn"``) or ``[N, K]`` (``"nk"``: ONNX Gemm with transB, a convolution's
+    ``[Cout, Cin*KH*KW]``), N the output channels."""
+    check_array(w, "pack_s8_weights: w", 2, np.int8)
+    if layout not in ("kn", "nk"):
+        raise ValueError(f"pack_s8_weights: layout={layout!r}, expected 'kn' or 'nk'")
+    wnk = w.T if layout == "kn" else w
+    n, k = wnk.shape
+    cfg = cfg or choose_s8_config(n, None, "b")
+    width = cfg.channel_width
+    panels, k4 = _cdiv(n, width), _cdiv(k, S8_KG)
+    padded = np.zeros((panels * width, k4 * S8_KG), np.int8)
+    padded[:n, :k] = wnk
+    data = _aligned_empty((panels, k4, width, S8_KG), np.int8)
+    data[...] = padded.reshape(panels, width, k4, S8_KG).transpose(0, 2, 1, 3)
+    return PackedS8(data, padded.sum(axis=1, dtype=np.int64), k, n, cfg)
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    """int64 values modulo 2^32 as int32 (two's complement)."""
+    return (x.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def _channel_vector(x: np.ndarray | int | None, name: str, n: int, default: int,
+                    lo: int, hi: int) -> np.ndarray:
+    if x is None:
+        return np.full(n, default, np.int64)
+    if isinstance(x, int | np.integer):
+        x = np.full(n, int(x), np.int64)
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "iu":
+        raise TypeError(f"gemm_s8: {name}: expected an int or an integer numpy.ndarray of "
+                        f"shape ({n},), got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.shape != (n,):
+        raise ValueError(f"gemm_s8: {name} has shape {x.shape}, expected ({n},)")
+    if x.size and (int(x.min()) < lo or int(x.max()) > hi):
+        raise ValueError(f"gemm_s8: {name} has values in [{x.min()}, {x.max()}], expected "
+                         f"[{lo}, {hi}]")
+    return x.astype(np.int64)
+
+
+def s8_channel_params(packed: PackedS8, bias: np.ndarray | int | None = None,
+                      multiplier: np.ndarray | int | None = None,
+                      shift: np.ndarray | int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``bias``, ``mult`` and ``shift`` int32 arrays `gemm_s8` reads per channel, padded to
+    whole panels: the bias with the offset correction ``- 128 * wsum`` folded in (exact with
+    wrap-around, as the accelerator's adder), the multiplier (default 1), the shift (0..31,
+    default 0)."""
+    n, npad = packed.n, packed.panels * packed.cfg.channel_width
+    i32 = np.iinfo(np.int32)
+    b = _channel_vector(bias, "bias", n, 0, i32.min, i32.max)
+    m = _channel_vector(multiplier, "multiplier", n, 1, i32.min, i32.max)
+    s = _channel_vector(shift, "shift", n, 0, 0, 31)
+    out = [np.zeros(npad, np.int32) for _ in range(3)]
+    out[0][:n] = _wrap32(b - S8_XOR * packed.wsum[:n])
+    out[1][:n], out[2][:n] = m, s
+    return out[0], out[1], out[2]
+
+
+def pack_s8_activations(a: np.ndarray, cfg: S8Config, threads: int = 1) -> np.ndarray:
+    """int8 activations packed (offset by 128) into the panels of the operand that is not the
+    weights: ``a [M, K]`` into ``mr``-row panels (``cfg.weights == "b"``), or ``a [K, P]`` into
+    ``nr``-column panels (``"a"``); shape (panels, ceil(K/4), width, 4), 64-byte aligned."""
+    if cfg.weights == "b":
+        (rows, k), width, s_row, s_k, name = a.shape, cfg.mr, a.shape[1], 1, "pack_a_s8"
+    else:
+        (k, rows), width, s_row, s_k, name = a.shape, cfg.nr, 1, a.shape[1], "pack_b_s8"
+    panels = _cdiv(rows, width)
+    act = _aligned_empty((panels, _cdiv(k, S8_KG), width, S8_KG), np.int8)
+    fn = CACHE.get(("gemm_s8_pack", cfg.mr, cfg.nr), lambda: _s8_pack_module(cfg)).cfunc(
+        name, None, *S8_PACK_ARGS)
+    run_parallel([lambda p0=p0, p1=p1: fn(_ptr(a), _ptr(act), rows, k, s_row, s_k, p0, p1,
+                                          S8_XOR)
+                  for p0, p1 in split_range(panels, threads)])
+    return act
+
+
+def gemm_s8_packed(act: np.ndarray, packed: PackedS8, out: np.ndarray,
+                   params: tuple[np.ndarray, np.ndarray, np.ndarray], requant: bool,
+                   lo: int, hi: int, threads: int = 1, vnni: bool | None = None) -> None:
+    """The GEMM on packed operands (`pack_s8_activations`, `pack_s8_weights`) into `out`
+    (int8 or int32, (M, N), any row stride via out.strides), with the per-channel `params` of
+    `s8_channel_params`; threads split the M or N tiles."""
+    cfg = packed.cfg
+    m, n = out.shape
+    jm = s8_kernels(cfg, "requant" if requant else "bias", 8 * out.itemsize, vnni)
+    fn = jm.cfunc("gemm_s8", None, *S8_MACRO_ARGS)
+    ap, bp = (act, packed.data) if cfg.weights == "b" else (packed.data, act)
+    mt, nt = _cdiv(m, cfg.mr), _cdiv(n, cfg.nr)
+    if mt >= nt * 2 or nt < threads:
+        parts = [(p0, p1, 0, nt) for p0, p1 in split_range(mt, threads)]
+    else:
+        parts = [(0, mt, p0, p1) for p0, p1 in split_range(nt, threads)]
+    ldc = out.strides[0] // out.itemsize
+    args = (_ptr(ap), _ptr(bp), _ptr(out), *(_ptr(x) for x in params), m, n, packed.k, ldc)
+    run_parallel([lambda p=p: fn(*args, *p, lo, hi) for p in parts])
+
+
+def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = None,
+            multiplier: np.ndarray | int | None = None, shift: np.ndarray | int | None = None,
+            lo: int = -128, hi: int = 127, out_dtype: type = np.int8, threads: int = 1,
+            out: np.ndarray | None = None, vnni: bool | None = None) -> np.ndarray:
+    """int8 × int8 with exact int32 accumulation, then the requantisation epilogue.
+
+    With ``packed.cfg.weights == "b"``: ``a`` is ``[M, K]`` and ``acc[M, N] = a @ W``; with
+    ``"a"``: ``a`` is ``[K, P]`` and ``acc[N, P] = W @ a`` (channels are rows). Per channel n,
+    on int32 with wrap-around (the accelerator's ALU)::
+
+        t = acc + bias[n]
+        t = t * multiplier[n]                       # requantising only
+        t = (t + (1 << (shift[n] - 1) if shift[n] else 0)) >> shift[n]   (arithmetic)
+        t = min(max(t, lo), hi)
+
+    It requantises when `out_dtype` is int8 or `multiplier` / `shift` is given (defaults 1 and
+    0); otherwise the result is ``acc + bias`` as int32 and `lo` / `hi` are not used. `bias`,
+    `multiplier` and `shift` are ints or ``(N,)`` integer arrays. `vnni` overrides the kernel
+    variant (default: `default_vnni`).
+    """
+    who = "gemm_s8"
+    check_array(a, f"{who}: a", 2, np.int8)
+    if not isinstance(packed, PackedS8):
+        raise TypeError(f"{who}: packed: expected PackedS8 (from pack_s8_weights), got "
+                        f"{type(packed).__name__}")
+    cfg = packed.cfg
+    if cfg.weights == "b":
+        (m, k), n = a.shape, packed.n
+        expect = f"({m}, {packed.k})"
+    else:
+        (k, n), m = a.shape, packed.n
+        expect = f"({packed.k}, {n})"
+    if k != packed.k:
+        raise ValueError(f"{who}: a has shape {a.shape} but the packed weights have "
+                         f"K={packed.k}; expected a of shape {expect}")
+    odt = np.dtype(out_dtype)
+    if odt not in (np.dtype(np.int8), np.dtype(np.int32)):
+        raise TypeError(f"{who}: out_dtype={odt.name}, expected int8 or int32")
+    requant = odt == np.int8 or multiplier is not None or shift is not None
+    rng = np.iinfo(np.int8 if odt == np.int8 else np.int32)
+    if requant and not rng.min <= lo <= hi <= rng.max:
+        raise ValueError(f"{who}: lo={lo}, hi={hi}, expected {rng.min} <= lo <= hi <= "
+                         f"{rng.max} for {odt.name} output")
+    if threads < 1:
+        raise ValueError(f"{who}: threads={threads}, expected >= 1")
+    if out is None:
+        out = np.empty((m, n), odt)
+    else:
+        check_array(out, f"{who}: out", 2, odt.type)
+        if out.shape != (m, n):
+            raise ValueError(f"{who}: out has shape {out.shape}, expected {(m, n)}")
+    params = s8_channel_params(packed, bias, multiplier, shift)
+    if m == 0 or n == 0:
+        return out
+    act = pack_s8_activations(a, cfg, threads)
+    gemm_s8_packed(act, packed, out, params, requant, lo, hi, threads, vnni)
     return out
 
 

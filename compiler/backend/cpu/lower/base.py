@@ -76,6 +76,8 @@ class LowererBase:
         self._kidx: dict[tuple, int] = {}
         self.buffers = plan.buffers
         self.loc = plan.loc
+        self._users = g.users()
+        self._fused: dict[int, Node | None] = {}  # CONV/MATMUL_INTEGER -> its fused REQUANTIZE
 
     # -- helpers --------------------------------------------------------------------------------
     def kernel(self, key: tuple, build: Any) -> int:

@@ -21,6 +21,7 @@ from ..kernels import elementwise as E
 from ..kernels import gemm as G
 from ..kernels import loops as L
 from ..kernels import pool as P
+from ..kernels.irutil import I8 as U_I8
 from ..kernels.scalar import Unsupported
 from .base import (
     MACRO_SIG,
@@ -326,6 +327,9 @@ class NnLowering(LowererBase):
         """REQUANTIZE as one elementwise program in int32 (wrapping, like the interpreter):
         add the bias, multiply, add the rounding term, shift, clamp, narrow. Per-channel
         multipliers, rounding terms and shifts are constant operands along the axis."""
+        if n.src[0].op in (Op.CONV_INTEGER, Op.MATMUL_INTEGER) and \
+                self.fused_int8(n.src[0]) is n:
+            return self.int8_gemm(n, name)
         a = _at(n)
         x = n.src[0]
         i32 = DType.INT32
@@ -373,6 +377,8 @@ class NnLowering(LowererBase):
         self.call_generic(k, [self.out(n), *args], name, "requantize", n.size)
 
     def op_matmul_integer(self, n: Node, name: str) -> None:
+        if self.fused_int8(n) is not None:
+            return  # lowered with the REQUANTIZE that reads it (int8 GEMM, fused epilogue)
         a, b, az, bz = n.src
         self._int_matmul(n, a, b, az, bz, None, name)
 
@@ -402,8 +408,124 @@ class NnLowering(LowererBase):
         self._matmul_call(n, spec, [a, b], name, ptrs)
 
     def op_conv_integer(self, n: Node, name: str) -> None:
+        if self.fused_int8(n) is not None:
+            return  # lowered with the REQUANTIZE that reads it (int8 GEMM, fused epilogue)
         x, w, xz, wz = n.src
         self._int_conv(n, x, w, xz, wz, None, None, name)
+
+    # -- the fast int8 path: CONV_INTEGER / MATMUL_INTEGER + REQUANTIZE as one int8 GEMM --------
+    def fused_int8(self, acc: Node) -> Node | None:
+        """The REQUANTIZE that `acc` (a CONV_INTEGER or MATMUL_INTEGER) fuses into, when the
+        pair runs as the int8 GEMM with the requantisation in its epilogue: int8 operands with
+        zero points 0, constant weights, `acc` read by that REQUANTIZE alone (and not a graph
+        output), a 2-D convolution of one group with symmetric padding or a matrix product
+        with [K, N] weights, the REQUANTIZE along the channels without a zero point, to int8
+        or int32 (uint8 when its bounds are within int8)."""
+        got = self._fused.get(id(acc))
+        if got is not None or id(acc) in self._fused:
+            return got
+        self._fused[id(acc)] = None
+        users = self._users.get(acc, [])
+        if len(users) != 1 or any(o is acc for o in self.plan.g.outputs):
+            return None
+        rq = users[0]
+        a = _at(rq) if rq.op is Op.REQUANTIZE else None
+        x, w, xz, wz = acc.src
+        if (a is None or rq.src[0] is not acc or a.zero_point != 0
+                or x.dtype is not DType.INT8 or w.dtype is not DType.INT8
+                or w.op is not Op.CONST or any(z.op is not Op.CONST or np.any(z.value != 0)
+                                               for z in (xz, wz))
+                or (len(rq.src) == 2 and rq.src[1].op is not Op.CONST)
+                or not (rq.dtype in (DType.INT8, DType.INT32)
+                        or (rq.dtype is DType.UINT8 and a.hi <= 127))):
+            return None
+        if acc.op is Op.CONV_INTEGER:
+            at = _at(acc)
+            if (x.rank != 4 or at.group != 1 or a.axis != 1
+                    or at.pads[:2] != at.pads[2:]):
+                return None
+            g = self._int8_geom(acc)
+            if (g.oh, g.ow) != acc.shape[2:]:
+                return None
+        elif w.rank != 2 or a.axis != acc.rank - 1 or x.rank < 2:
+            return None
+        self._fused[id(acc)] = rq
+        return rq
+
+    @staticmethod
+    def _int8_geom(acc: Node) -> C.ConvGeom:
+        at = _at(acc)
+        _, cin, h, wd = acc.src[0].shape
+        kh, kw = at.kernel
+        return C.ConvGeom(cin, h, wd, kh, kw, at.strides[0], at.strides[1], at.pads[0],
+                          at.pads[1], at.dilations[0], at.dilations[1])
+
+    def int8_gemm(self, rq: Node, name: str) -> None:
+        """`rq` = REQUANTIZE(CONV_INTEGER | MATMUL_INTEGER) as packs and one int8 GEMM whose
+        epilogue adds the bias, multiplies, shifts and clamps (kernels/gemm.py, gemm_s8)."""
+        acc = rq.src[0]
+        a = _at(rq)
+        x, w = acc.src[0], acc.src[1]
+        conv = acc.op is Op.CONV_INTEGER
+        if conv:
+            cout = w.shape[0]
+            g = self._int8_geom(acc)
+            rows, kdim = g.oh * g.ow, g.c * g.kh * g.kw  # pixels per image, K
+            images = x.shape[0]
+            cfg = G.choose_s8_config(cout, rows, "a")
+            packed = G.pack_s8_weights(np.ascontiguousarray(w.value.reshape(cout, kdim)), cfg,
+                                       "nk")
+        else:
+            kdim, cout = w.shape
+            rows, images = math.prod(x.shape[:-1]), 1
+            cfg = G.choose_s8_config(cout, rows, "b")
+            packed = G.pack_s8_weights(np.ascontiguousarray(w.value), cfg, "kn")
+        ch = lambda v: np.broadcast_to(np.asarray(v, np.int64), (cout,))  # noqa: E731
+        bias = rq.src[1].value.astype(np.int64) if len(rq.src) == 2 else None
+        params = G.s8_channel_params(packed, bias, ch(a.multiplier), ch(a.shift))
+        pb, mb, sb = (self.const(p, f"{name}_{k}") for p, k in zip(params, ("bias", "m", "s")))
+        wb = self.const(packed.data, f"{name}_w8")
+        out_bits = 32 if rq.dtype is DType.INT32 else 8
+        vnni = G.default_vnni()
+        gk = self.kernel(("gemm_s8", cfg, "requant", out_bits, vnni),
+                         lambda: G.build_s8_module(cfg, "requant", out_bits, vnni))
+        width = cfg.nr if conv else cfg.mr  # rows per activation panel
+        apanels = -(-rows // width)
+        k4 = -(-kdim // G.S8_KG)
+        act = self.buffer("arena", DType.INT8, (apanels, k4, width, G.S8_KG))
+        xb, xoff = self.where(x)
+        dst = self.out(rq)
+        _, dbuf, doff = dst
+        obytes = out_bits // 8
+        mt, nt = -(-(cout if conv else rows) // cfg.mr), -(-(rows if conv else cout) // cfg.nr)
+        macs = cout * rows * kdim
+        big = macs >= 4 * PARALLEL_MIN_MACS and self.threads > 1
+        for i in range(images):
+            src: Arg
+            if conv:
+                col = self.buffer("arena", DType.INT8, (kdim, rows))
+                ik = self.kernel(("im2col", g, rows, "i8"),
+                                 lambda: C._im2col_module(g, rows, U_I8))
+                self.add_step(Step(name + ":im2col", "im2col", [Call(ik, "im2col_pack", "ppll", (
+                    ("b", xb, xoff + i * g.c * g.h * g.w), ("b", col, 0), ("lo",), ("hi",)))],
+                    1, False))
+                src, s_row, s_k, pack = ("b", col, 0), 1, rows, "pack_b_s8"
+            else:
+                src, s_row, s_k, pack = ("b", xb, xoff), kdim, 1, "pack_a_s8"
+            self.add_step(Step(name + ":pack", "pack_s8", [Call(gk, pack, G.S8_PACK_SIG, (
+                src, ("b", act, 0), ("i", rows), ("i", kdim), ("i", s_row), ("i", s_k),
+                ("lo",), ("hi",), ("i", G.S8_XOR)))], apanels,
+                rows * kdim >= PARALLEL_MIN_ELEMENTS and apanels > 1))
+            m_, n_ = (cout, rows) if conv else (rows, cout)
+            ap, bp = (("b", wb, 0), ("b", act, 0)) if conv else (("b", act, 0), ("b", wb, 0))
+            split_m = mt >= 2 * nt or nt < 2 * self.threads
+            tiles = (("lo",), ("hi",), ("i", 0), ("i", nt)) if split_m else \
+                (("i", 0), ("i", mt), ("lo",), ("hi",))
+            self.add_step(Step(name, "gemm_s8", [Call(gk, "gemm_s8", G.S8_MACRO_SIG, (
+                ap, bp, ("b", dbuf, doff + i * cout * rows * obytes), ("b", pb, 0),
+                ("b", mb, 0), ("b", sb, 0), ("i", m_), ("i", n_), ("i", kdim), ("i", n_),
+                *tiles, ("i", a.lo), ("i", a.hi)))], mt if split_m else nt,
+                big and (mt if split_m else nt) > 1))
 
     def op_qlinear_conv(self, n: Node, name: str) -> None:
         x, xs, xz, w, ws, wz, ys, yz = n.src[:8]
