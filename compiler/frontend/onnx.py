@@ -28,6 +28,7 @@ from ..ir.infer import InferError, infer
 from ..ir.interpreter import evaluate
 from ..ir.ops import Node, Op, const
 from .functions import function_body, tensor_type
+from .qdq import rewrite_qdq
 from .upgrade_opset import OLDEST_OPSET, TARGET_OPSET, upgrade_opset, without_large_initializers
 
 _LARGE_MODEL_BYTES = 2**30  # well below protobuf's 2 GiB limit on a serialised message
@@ -36,7 +37,8 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def import_onnx(model: Any, *, batch_size: int = 1,
-                constant_inputs: Mapping[str, np.ndarray] | None = None) -> Graph:
+                constant_inputs: Mapping[str, np.ndarray] | None = None,
+                integer: bool = True) -> Graph:
     """Import an ONNX model (a ModelProto, a file path, or serialised bytes) as a Graph.
 
     A path (str or os.PathLike) also loads the tensors stored as external data, from files
@@ -65,8 +67,9 @@ def import_onnx(model: Any, *, batch_size: int = 1,
         upgraded = upgrade_opset(proto, opset)
         proto, opset = upgraded.model, MIN_OPSET
         legacy_nearest, initializers = upgraded.legacy_nearest, upgraded.initializers
-    return _Importer(proto, opset, batch_size, dict(constant_inputs or {}), legacy_nearest,
-                     initializers).run()
+    g = _Importer(proto, opset, batch_size, dict(constant_inputs or {}), legacy_nearest,
+                  initializers).run()
+    return rewrite_qdq(g) if integer else g
 
 
 def _load(model: Any) -> Any:
@@ -245,8 +248,13 @@ class _Importer:
         for init in [*g.initializer, *self.initializers]:
             dtype = DType.from_onnx(init.data_type)
             if dtype is None:
-                raise UnsupportedError(f"initializer '{init.name}': {_type_name(init.data_type)}"
-                                       f" tensors are not supported; supported: {_DTYPES}")
+                users = [f"node '{p.name}' ({p.op_type})" if p.name else
+                         f"node #{i} ({p.op_type})" for i, p in enumerate(g.node)
+                         if init.name in p.input]
+                read = f" read by {', '.join(users)}" if users else ""
+                raise UnsupportedError(f"initializer '{init.name}'{read}: "
+                                       f"{_type_name(init.data_type)} tensors are not "
+                                       f"supported; supported: {_DTYPES}")
             self.env[init.name] = const(numpy_helper.to_array(init), name=init.name, dtype=dtype)
         inputs: list[Node] = []
         for vi in g.input:
@@ -669,8 +677,19 @@ def _quantize(ctx: _Ctx) -> list[Node]:
         zp = const(np.zeros(scale.shape, dtype.np))
     _check_dtype(ctx, zp, (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32),
                  "zero point")
+    scale, zp = _one_scale(scale), _one_scale(zp)
     axis = ctx.axis(ctx.attr("axis", 1), x.rank) if scale.rank else 0
     return [ctx.make(Op.QUANTIZE_LINEAR, [x, scale, zp], o.AxisAttrs(axis))]
+
+
+def _one_scale(v: Node) -> Node:
+    """A quantisation parameter of one element as a scalar: onnxruntime's quantiser writes
+    per-tensor scales as [1] next to scalar zero points, with no axis."""
+    if v.shape != (1,):
+        return v
+    if v.op is Op.CONST:
+        return const(v.value.reshape(()), name=v.name)
+    return Node(Op.RESHAPE, v.dtype, (), (v,), name=v.name)
 
 
 @_handles("DequantizeLinear")
@@ -680,6 +699,7 @@ def _dequantize(ctx: _Ctx) -> list[Node]:
         raise ctx.fail("blocked quantisation (block_size > 0) is not supported")
     _check_dtype(ctx, x, (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32))
     zp = ctx.inp(2) if ctx.has(2) else const(np.zeros(scale.shape, x.dtype.np))
+    scale, zp = _one_scale(scale), _one_scale(zp)
     axis = ctx.axis(ctx.attr("axis", 1), x.rank) if scale.rank else 0
     return [ctx.make(Op.DEQUANTIZE_LINEAR, [x, scale, zp], o.AxisAttrs(axis))]
 

@@ -62,6 +62,7 @@ class QuantReport:
     top1_agreement: float = float("nan")
     output_sqnr_db: float = float("nan")
     kept_for_loss: list[str] = field(default_factory=list)
+    rewriter: Rewriter | None = field(default=None, repr=False)  # the scales, for qdq.to_qdq
 
     def table(self) -> str:
         lines = [f"{'layer':32s} {'op':16s} {'kind':20s} {'mode':6s} {'shift':>5s} "
@@ -111,6 +112,7 @@ def quantize_graph(g: Graph, calib: Any, options: QuantOptions = QuantOptions(),
             qg = verify(rw.run())
             report = _report(g, qg, rw, samples[:options.report_samples])
             report.kept_for_loss = bad
+    report.rewriter = rw
     return qg, report
 
 
