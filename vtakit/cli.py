@@ -297,6 +297,45 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
                f"{m['steps']} steps ({by}), compiled in {m['compile_seconds']:.2f} s")
 
 
+@main.command("quantize")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--calib", type=click.Path(exists=True, path_type=Path), required=True,
+              help="Calibration data: a .npz, a .npy, or a directory of .npy files.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The QDQ ONNX file to write (onnxruntime runs it too).")
+@click.option("--mode", type=click.Choice(["fixed", "shift"]), default="fixed",
+              show_default=True, help="Requantisation: fixed-point multipliers, or powers of two.")
+@click.option("--observer", type=click.Choice(["mse", "percentile", "minmax"]), default="mse",
+              show_default=True, help="How activation ranges are chosen.")
+@click.option("--keep-float", multiple=True, metavar="NODE", help="A node to leave in float.")
+@click.option("--min-sqnr", type=float, default=None, metavar="DB",
+              help="Keep in float the layers whose int8 output is worse than this (dB).")
+def quantize_cmd(model: Path, calib: Path, output: Path, mode: str, observer: str,
+                 keep_float: tuple[str, ...], min_sqnr: float | None) -> None:
+    """Quantise an ONNX model to int8 (post-training) and write it as a standard QDQ model;
+    print the per-layer report (SQNR against fp32, requantisation, layers kept in float)."""
+    import onnx
+
+    from vtakit.compiler.errors import InvalidModelError, UnsupportedError
+    from vtakit.compiler.frontend.onnx import import_onnx
+    from vtakit.compiler.quantize import QuantOptions, RequantError, quantize_graph
+    from vtakit.compiler.quantize.qdq import to_qdq
+
+    try:
+        g = import_onnx(model)
+        _, report = quantize_graph(g, calib, QuantOptions(
+            mode=mode, observer=observer, keep_float=keep_float, min_sqnr_db=min_sqnr))
+        qdq = to_qdq(report, name=model.stem)
+    except (UnsupportedError, InvalidModelError, RequantError) as err:
+        raise click.ClickException(f"{model}: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    onnx.save(qdq, output)
+    click.echo(report.table())
+    click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB, QDQ, opset "
+               f"{max(o.version for o in qdq.opset_import if o.domain in ('', 'ai.onnx'))})")
+
+
 @main.command("run")
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--input", "inputs", multiple=True, required=True,

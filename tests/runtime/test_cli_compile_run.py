@@ -81,4 +81,27 @@ def test_compile_quantized_digits(tmp_path) -> None:
     r = CliRunner().invoke(main, ["run", str(tmp_path / "d.vtak"), "--input",
                                   str(tmp_path / "x.npy"), "--profile"])
     assert r.exit_code == 0, r.output
-    assert "requantize" in r.output and "conv_integer" in r.output
+    assert "gemm_s8" in r.output and "im2col" in r.output  # the int8 GEMM path
+
+
+def test_quantize_writes_a_qdq_model_onnxruntime_runs(tmp_path) -> None:
+    ort = __import__("pytest").importorskip("onnxruntime")
+    from vtakit import digits
+
+    onnx.save(digits.load_model(), tmp_path / "d.onnx")
+    np.savez(tmp_path / "calib.npz", digits.calibration_set())
+    r = CliRunner().invoke(main, ["quantize", str(tmp_path / "d.onnx"), "--calib",
+                                  str(tmp_path / "calib.npz"), "-o", str(tmp_path / "q.onnx")])
+    assert r.exit_code == 0, r.output
+    assert "SQNR" in r.output and "QDQ" in r.output
+    q = onnx.load(tmp_path / "q.onnx")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.graph.node}
+    x, y = digits.test_split()
+    sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    pred = np.array([sess.run(None, {name: x[i:i + 1]})[0].argmax() for i in range(len(x))])
+    assert (pred == y).mean() >= 0.96
+    r = CliRunner().invoke(main, ["quantize", str(tmp_path / "d.onnx"), "--calib",
+                                  str(tmp_path / "calib.npz"), "--keep-float", "nope", "-o",
+                                  str(tmp_path / "q2.onnx")])
+    assert r.exit_code == 1 and "keep_float names ['nope']" in r.output
