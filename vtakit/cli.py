@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -239,6 +240,29 @@ def _option_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     return out
 
 
+def _quant_options(mode_flag: str, *, calib_required: bool) -> Any:
+    """The quantisation options `compile` and `quantize` share (mode_flag names the mode's)."""
+    opts = [
+        click.option("--calib", type=click.Path(exists=True, path_type=Path),
+                     required=calib_required, default=None,
+                     help="Calibration data: a .npz, a .npy, or a directory of .npy files."),
+        click.option(mode_flag, "quant_mode", type=click.Choice(["fixed", "shift"]),
+                     default="fixed", show_default=True,
+                     help="Requantisation: fixed-point multipliers, or powers of two."),
+        click.option("--observer", type=click.Choice(["mse", "percentile", "minmax"]),
+                     default="mse", show_default=True,
+                     help="How activation ranges are chosen."),
+        click.option("--keep-float", multiple=True, metavar="NODE",
+                     help="A node to leave in float."),
+    ]
+
+    def deco(fn: Any) -> Any:
+        for o in reversed(opts):
+            fn = o(fn)
+        return fn
+    return deco
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--target", type=_BackendName(), default="cpu", show_default=True,
@@ -254,13 +278,7 @@ def _option_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--quantize", is_flag=True, help="Quantise to int8 first (needs --calib).")
-@click.option("--calib", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Calibration data: a .npz, a .npy, or a directory of .npy files.")
-@click.option("--quant-mode", type=click.Choice(["fixed", "shift"]), default="fixed",
-              show_default=True, help="Requantisation: fixed-point multipliers, or powers of two.")
-@click.option("--observer", type=click.Choice(["mse", "percentile", "minmax"]), default="mse",
-              show_default=True, help="How activation ranges are chosen.")
-@click.option("--keep-float", multiple=True, metavar="NODE", help="A node to leave in float.")
+@_quant_options("--quant-mode", calib_required=False)
 def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str | None,
                 output: Path, threads: int, batch_size: int, quantize: bool,
                 calib: Path | None, quant_mode: str, observer: str,
@@ -299,18 +317,12 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
 
 @main.command("quantize")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--calib", type=click.Path(exists=True, path_type=Path), required=True,
-              help="Calibration data: a .npz, a .npy, or a directory of .npy files.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="The QDQ ONNX file to write (onnxruntime runs it too).")
-@click.option("--mode", type=click.Choice(["fixed", "shift"]), default="fixed",
-              show_default=True, help="Requantisation: fixed-point multipliers, or powers of two.")
-@click.option("--observer", type=click.Choice(["mse", "percentile", "minmax"]), default="mse",
-              show_default=True, help="How activation ranges are chosen.")
-@click.option("--keep-float", multiple=True, metavar="NODE", help="A node to leave in float.")
+@_quant_options("--mode", calib_required=True)
 @click.option("--min-sqnr", type=float, default=None, metavar="DB",
               help="Keep in float the layers whose int8 output is worse than this (dB).")
-def quantize_cmd(model: Path, calib: Path, output: Path, mode: str, observer: str,
+def quantize_cmd(model: Path, calib: Path, output: Path, quant_mode: str, observer: str,
                  keep_float: tuple[str, ...], min_sqnr: float | None) -> None:
     """Quantise an ONNX model to int8 (post-training) and write it as a standard QDQ model;
     print the per-layer report (SQNR against fp32, requantisation, layers kept in float)."""
@@ -324,7 +336,7 @@ def quantize_cmd(model: Path, calib: Path, output: Path, mode: str, observer: st
     try:
         g = import_onnx(model)
         _, report = quantize_graph(g, calib, QuantOptions(
-            mode=mode, observer=observer, keep_float=keep_float, min_sqnr_db=min_sqnr))
+            mode=quant_mode, observer=observer, keep_float=keep_float, min_sqnr_db=min_sqnr))
         qdq = to_qdq(report, name=model.stem)
     except (UnsupportedError, InvalidModelError, RequantError) as err:
         raise click.ClickException(f"{model}: {err}") from None
