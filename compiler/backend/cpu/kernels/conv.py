@@ -10,7 +10,8 @@ When the pixels or channels are not whole panels, the GEMM writes a padded buffe
 (`panel_copy` in the lowering) keeps the valid part, with the epilogue the GEMM did not fuse.
 
 ``groups == Cin == Cout`` (depthwise): the row-vectorised window kernel (`window_module`, which
-``pool.py`` reuses for 2-D max pooling). Other group counts run one GEMM per group.
+``pool.py`` reuses for 2-D max pooling). Other group counts run one GEMM per group. The int8
+depthwise convolution with the requantisation fused (`depthwise_s8_module`) walks the same way.
 
 Every loop-nest parameter of a layer (shape, stride, padding, dilation) is a compile-time constant
 of its im2col / depthwise kernel, compiled once per distinct layer shape.
@@ -467,6 +468,133 @@ def window_module(g: object, kind: str, act: str) -> ir.Module:
                     chunk(q0)
     b.ret_void()
     return m
+
+
+# -- the int8 depthwise convolution with the requantisation fused ---------------------------------
+
+def depthwise_s8_module(g: ConvGeom, out_bits: int) -> ir.Module:
+    """``depthwise_s8(x, w, bias, mult, shift, y, c0, c1, lo, hi)``: channels [c0, c1) of one
+    image of the int8 depthwise convolution (`g` a `ConvGeom` of one channel's image; ``x``
+    int8 [C, H, W], ``w`` int8 [C, KH*KW]) requantised as REQUANTIZE does (`ops.RequantAttrs`,
+    zero point 0): per channel c, with int32 ``bias``, ``mult`` and ``shift`` (0..31) arrays
+    of C values, ``y = min(max((acc + bias[c]) * mult[c] + rnd >> shift[c], lo), hi)`` in 32-bit
+    wrap-around arithmetic, ``rnd = 1 << (shift[c] - 1)`` (0 for shift 0), stored as int8
+    (`out_bits` 8; also uint8 output whose bounds lie within int8) or int32 (32).
+
+    The walk of `window_module`: output rows in chunks of `VW` columns, one masked load of
+    ``VW * sw`` bytes per tap (masked-off lanes are the zero padding), every ``sw``-th byte kept
+    by a shuffle, rows outside the image read clamped with a zero weight. The taps' inputs,
+    sign-extended to int16, go in pairs: two taps interleaved into 32 int16 lanes times their
+    two weights, each adjacent product pair summed into an int32 lane (`_madd_pairs`:
+    ``vpmaddwd`` / ``vpdpwssd`` on x86), exact since ``|x * w| <= 2**14``; an odd last tap is
+    one int16 product widened. The int32 accumulator starts at the bias (32-bit addition is
+    associative: the same bits as the sum, then the bias). ``lo`` and ``hi`` are run-time
+    arguments, so layers differing only in their clamp (ReLU6 bounds depend on the scale)
+    share one module.
+    """
+    if out_bits not in (8, 32):
+        raise ValueError(f"depthwise_s8_module: out_bits={out_bits}, expected 8 or 32")
+    h, w, kh, kw, sh, sw, ph, pw, dh, dw = (g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh,
+                                            g.dw)
+    oh, ow = g.oh, g.ow
+    n = VW * sw  # bytes loaded per tap
+    chunks = -(-ow // VW)
+    m = ir.Module(name=f"depthwise_s8_{h}x{w}_k{kh}x{kw}_s{sh}x{sw}_p{ph}x{pw}_d{dh}x{dw}"
+                       f"_o{out_bits}")
+    fn, b = U.new_function(m, "depthwise_s8", [
+        ("x", U.PTR), ("w", U.PTR), ("bias", U.PTR), ("mult", U.PTR), ("shift", U.PTR),
+        ("y", U.PTR), ("c0", U.I64), ("c1", U.I64), ("lo", U.I64), ("hi", U.I64)])
+    x, wp, bias, mult, shift, y, c0, c1, lo, hi = fn.args
+    v16, v32 = U.vec(U.I16, VW), U.vec(U.I32, VW)
+    ot = U.I8 if out_bits == 8 else U.I32
+    lo_v, hi_v = U.splat(b, b.trunc(lo, U.I32), VW), U.splat(b, b.trunc(hi, U.I32), VW)
+    keep = ir.Constant(U.vec(U.I32, VW), [sw * lane for lane in range(VW)])
+    # lanes (a0, b0, a1, b1, ...) of two VW-lane vectors a, b
+    zip2 = ir.Constant(U.vec(U.I32, 2 * VW), [k // 2 + VW * (k % 2) for k in range(2 * VW)])
+    lane_col = _lanes(n, lambda lane: lane)  # input column offset of each loaded lane
+    lane_out = _lanes(n, lambda lane: lane // sw)  # output column offset it belongs to
+    out_lane = _lanes(VW, lambda lane: lane)
+    one = ir.Constant(U.I32, 1)
+    order = [(i, j) for j in range(kw) for i in range(kh)]  # taps; pairs: order[2p], [2p+1]
+    npairs = len(order) // 2
+
+    with U.loop(b, c0, c1, 1, "ch") as ch:
+        start = U.splat(b, U.load(b, U.I32, bias, ch), VW)
+        s = U.load(b, U.I32, shift, ch)
+        mul_v = U.splat(b, U.load(b, U.I32, mult, ch), VW)
+        rnd_v = U.splat(b, b.lshr(b.shl(one, s), one), VW)  # 1 << (s - 1), or 0 for s == 0
+        s_v = U.splat(b, s, VW)
+        taps = [[b.sext(U.load(b, U.I8, wp, b.add(b.mul(ch, U.i64(kh * kw)), U.i64(i * kw + j))),
+                        U.I16) for j in range(kw)] for i in range(kh)]
+        xc = b.mul(ch, U.i64(h * w))
+        yc = b.mul(ch, U.i64(oh * ow))
+        with U.loop(b, 0, U.i64(oh), 1, "oh") as o_h:
+            rows, weights = [], []
+            for i in range(kh):
+                ih = b.add(b.mul(o_h, U.i64(sh)), U.i64(i * dh - ph))
+                ok = b.icmp_unsigned("<", ih, U.i64(h))
+                ihc = U.imin(b, U.imax(b, ih, U.i64(0)), U.i64(h - 1))
+                rows.append(b.add(xc, b.mul(ihc, U.i64(w))))
+                # a row outside: a clamped row with a zero weight
+                weights.append([U.splat(b, b.select(ok, taps[i][j], ir.Constant(U.I16, 0)), VW)
+                                for j in range(kw)])
+            tw = [weights[i][j] for i, j in order]
+            wpairs = [b.shuffle_vector(tw[2 * p], tw[2 * p + 1], zip2) for p in range(npairs)]
+            yrow = b.add(yc, b.mul(o_h, U.i64(ow)))
+
+            def chunk(q0: ir.Value) -> None:
+                """Output columns [q0, q0 + VW) of this row (q0 a multiple of VW)."""
+                out_ok = b.icmp_signed("<", b.add(U.splat(b, q0, n), lane_out),
+                                       _lanes(n, lambda _: ow))
+                xs = []  # the taps' inputs, int16
+                for i, j in order:
+                    col0 = b.add(b.mul(q0, U.i64(sw)), U.i64(j * dw - pw))
+                    col = b.add(U.splat(b, col0, n), lane_col)
+                    mask = b.and_(out_ok, b.and_(
+                        b.icmp_signed(">=", col, _lanes(n, lambda _: 0)),
+                        b.icmp_signed("<", col, _lanes(n, lambda _: w))))
+                    v = G._masked_load_i8(b, U.gep(b, U.I8, x, b.add(rows[i], col0)), mask)
+                    if sw > 1:
+                        v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
+                    xs.append(b.sext(v, v16))
+                acc = start
+                for p in range(npairs):
+                    acc = b.add(acc, _madd_pairs(b, b.shuffle_vector(xs[2 * p], xs[2 * p + 1],
+                                                                     zip2), wpairs[p]))
+                if len(order) % 2:
+                    acc = b.add(acc, b.sext(b.mul(xs[-1], tw[-1]), v32))  # |x * w| <= 2**14
+                t = b.ashr(b.add(b.mul(acc, mul_v), rnd_v), s_v)
+                t = G._ivec_intrinsic(b, "smin", G._ivec_intrinsic(b, "smax", t, lo_v), hi_v)
+                if out_bits == 8:
+                    t = b.trunc(t, U.vec(U.I8, VW))
+                store_ok = b.icmp_signed("<", b.add(U.splat(b, q0, VW), out_lane),
+                                         _lanes(VW, lambda _: ow))
+                G._masked_store(b, t, U.gep(b, ot, y, b.add(yrow, q0)), store_ok)
+
+            if chunks <= UNROLL_CHUNKS:
+                for q in range(chunks):
+                    chunk(U.i64(q * VW))
+            else:
+                with U.loop(b, 0, U.i64(ow), VW, "q") as q0:
+                    chunk(q0)
+    b.ret_void()
+    return m
+
+
+def _madd_pairs(b: ir.IRBuilder, x: ir.Value, w: ir.Value) -> ir.Value:
+    """``x[2k] * w[2k] + x[2k+1] * w[2k+1]`` as int32 lane k, for int16 vectors `x`, `w` of
+    2n lanes whose products fit int16 times int16 without the sum overflowing (the int8 range
+    here). Written as generic IR in the shape X86 selects as ``vpmaddwd`` (``vpdpwssd`` with
+    the following add, where AVX-512 VNNI is there)."""
+    t = U.vec(U.I32, x.type.count)
+    half = x.type.count // 2
+    prod = b.mul(b.sext(x, t), b.sext(w, t), flags=["nsw"])
+    undef = ir.Constant(t, ir.Undefined)
+    even = b.shuffle_vector(prod, undef, ir.Constant(U.vec(U.I32, half),
+                                                     [2 * k for k in range(half)]))
+    odd = b.shuffle_vector(prod, undef, ir.Constant(U.vec(U.I32, half),
+                                                    [2 * k + 1 for k in range(half)]))
+    return b.add(even, odd)
 
 
 # -- the copy-out of a padded im2col GEMM, for the lowering ---------------------------------------

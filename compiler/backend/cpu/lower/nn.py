@@ -413,14 +413,15 @@ class NnLowering(LowererBase):
         x, w, xz, wz = n.src
         self._int_conv(n, x, w, xz, wz, None, None, name)
 
-    # -- the fast int8 path: CONV_INTEGER / MATMUL_INTEGER + REQUANTIZE as one int8 GEMM --------
+    # -- the fast int8 path: CONV_INTEGER / MATMUL_INTEGER + REQUANTIZE as one int8 kernel ------
     def fused_int8(self, acc: Node) -> Node | None:
         """The REQUANTIZE that `acc` (a CONV_INTEGER or MATMUL_INTEGER) fuses into, when the
-        pair runs as the int8 GEMM with the requantisation in its epilogue: int8 operands with
-        zero points 0, constant weights, `acc` read by that REQUANTIZE alone (and not a graph
-        output), a 2-D convolution of one group with symmetric padding or a matrix product
-        with [K, N] weights, the REQUANTIZE along the channels without a zero point, to int8
-        or int32 (uint8 when its bounds are within int8)."""
+        pair runs as the int8 GEMM with the requantisation in its epilogue, or as the int8
+        depthwise kernel: int8 operands with zero points 0, constant weights, `acc` read by
+        that REQUANTIZE alone (and not a graph output), a 2-D convolution with symmetric
+        padding of one group or depthwise (group = input = output channels) or a matrix
+        product with [K, N] weights, the REQUANTIZE along the channels without a zero point,
+        to int8 or int32 (uint8 when its bounds are within int8)."""
         got = self._fused.get(id(acc))
         if got is not None or id(acc) in self._fused:
             return got
@@ -441,8 +442,8 @@ class NnLowering(LowererBase):
             return None
         if acc.op is Op.CONV_INTEGER:
             at = _at(acc)
-            if (x.rank != 4 or at.group != 1 or a.axis != 1
-                    or at.pads[:2] != at.pads[2:]):
+            if (x.rank != 4 or not (at.group == 1 or self._int8_depthwise(acc))
+                    or a.axis != 1 or at.pads[:2] != at.pads[2:]):
                 return None
             g = self._int8_geom(acc)
             if (g.oh, g.ow) != acc.shape[2:]:
@@ -451,6 +452,14 @@ class NnLowering(LowererBase):
             return None
         self._fused[id(acc)] = rq
         return rq
+
+    @staticmethod
+    def _int8_depthwise(acc: Node) -> bool:
+        """`acc` (a CONV_INTEGER) filters every channel on its own: group = input channels =
+        output channels, weights [C, 1, KH, KW]."""
+        w, group = acc.src[1], _at(acc).group
+        return w.rank == 4 and group > 1 and group == acc.src[0].shape[1] == w.shape[0] \
+            and w.shape[1] == 1
 
     @staticmethod
     def _int8_geom(acc: Node) -> C.ConvGeom:
@@ -464,6 +473,8 @@ class NnLowering(LowererBase):
         """`rq` = REQUANTIZE(CONV_INTEGER | MATMUL_INTEGER) as packs and one int8 GEMM whose
         epilogue adds the bias, multiplies, shifts and clamps (kernels/gemm.py, gemm_s8)."""
         acc = rq.src[0]
+        if acc.op is Op.CONV_INTEGER and self._int8_depthwise(acc):
+            return self.int8_depthwise(rq, name)
         a = _at(rq)
         x, w = acc.src[0], acc.src[1]
         conv = acc.op is Op.CONV_INTEGER
@@ -526,6 +537,39 @@ class NnLowering(LowererBase):
                 ("b", mb, 0), ("b", sb, 0), ("i", m_), ("i", n_), ("i", kdim), ("i", n_),
                 *tiles, ("i", a.lo), ("i", a.hi)))], mt if split_m else nt,
                 big and (mt if split_m else nt) > 1))
+
+    def int8_depthwise(self, rq: Node, name: str) -> None:
+        """`rq` = REQUANTIZE(depthwise CONV_INTEGER) as the int8 window kernel with the
+        requantisation fused (kernels/conv.py, depthwise_s8): a step per image, its channels
+        split over the threads."""
+        acc = rq.src[0]
+        a = _at(rq)
+        x, w = acc.src[0], acc.src[1]
+        nb, cin, h, wd = x.shape
+        g = self._int8_geom(acc)
+        geom = C.ConvGeom(1, *C.dataclass_fields(g)[1:])
+        out_bits = 32 if rq.dtype is DType.INT32 else 8
+        dk = self.kernel(("depthwise_s8", geom, out_bits),
+                         lambda: C.depthwise_s8_module(geom, out_bits))
+        def per_channel(v: Any, what: str) -> int:  # int32 [C] (one value: every channel)
+            return self.const(np.broadcast_to(np.asarray(v, np.int64), (cin,)).astype(np.int32),
+                              f"{name}_{what}")
+
+        pb = per_channel(rq.src[1].value if len(rq.src) == 2 else 0, "bias")
+        mb, sb = per_channel(a.multiplier, "m"), per_channel(a.shift, "s")
+        wb = self.const(np.ascontiguousarray(w.value.reshape(cin, g.kh * g.kw), np.int8),
+                        f"{name}_w8")
+        xb, xoff = self.where(x)
+        _, dbuf, doff = self.out(rq)
+        obytes, npix = out_bits // 8, g.oh * g.ow
+        work = cin * npix * g.kh * g.kw
+        for i in range(nb):
+            call = Call(dk, "depthwise_s8", "pppppp" + "llll", (
+                ("b", xb, xoff + i * cin * h * wd), ("b", wb, 0), ("b", pb, 0), ("b", mb, 0),
+                ("b", sb, 0), ("b", dbuf, doff + i * cin * npix * obytes), ("lo",), ("hi",),
+                ("i", a.lo), ("i", a.hi)))
+            self.add_step(Step(name, "depthwise_s8", [call], cin,
+                               work >= PARALLEL_MIN_MACS and self.threads > 1))
 
     def op_qlinear_conv(self, n: Node, name: str) -> None:
         x, xs, xz, w, ws, wz, ys, yz = n.src[:8]
