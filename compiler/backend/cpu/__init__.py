@@ -42,8 +42,10 @@ class CpuOptions:
 @register_backend("cpu", options=CpuOptions)
 def lower(g: Graph, opts: CpuOptions, plan: PlanBuilder) -> PlanSection:
     """LLVM IR kernels for every op (host x86-64/aarch64 object code, or JIT in process)."""
-    section = lower_nodes(g, plan)
     triple = opts.full_triple
+    # Code for another machine uses no host-only instructions (VNNI would not even compile for
+    # aarch64: LLVM aborts on an x86 intrinsic there).
+    section = lower_nodes(g, plan, vnni=None if triple is None else False)
 
     def emit(sec: Section) -> dict[str, bytes]:
         ir_text = llvm.link([k.build() for k in sec.live])

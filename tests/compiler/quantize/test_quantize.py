@@ -186,3 +186,13 @@ def test_observers_on_outliers() -> None:
     # MSE's threshold quantises these values no worse than covering the outlier, or the 99.99th
     # percentile
     assert mse(thresholds["mse"]) <= min(mse(80.0), mse(thresholds["percentile"])) * 1.0001
+
+
+def test_int8_model_cross_compiles_for_aarch64() -> None:
+    from vtakit.compiler.compile import compile_model
+
+    art = compile_model(digits.load_model(), quantize=True, calib=digits.calibration_set(),
+                        options={"triple": "aarch64"})
+    obj = art.plan.sections["cpu"].members["aarch64.o"]
+    assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
+    assert "gemm_s8" in {s.op for s in art.plan.steps}

@@ -77,6 +77,7 @@ class LowererBase:
         self.buffers = plan.buffers
         self.loc = plan.loc
         self._users = g.users()
+        self.vnni: bool | None = None  # int8 kernels with VNNI (None: if this host has it)
         self._fused: dict[int, Node | None] = {}  # CONV/MATMUL_INTEGER -> its fused REQUANTIZE
 
     # -- helpers --------------------------------------------------------------------------------

@@ -497,7 +497,7 @@ class NnLowering(LowererBase):
         pb, mb, sb = (self.const(p, f"{name}_{k}") for p, k in zip(params, ("bias", "m", "s")))
         wb = self.const(packed.data, f"{name}_w8")
         out_bits = 32 if rq.dtype is DType.INT32 else 8
-        vnni = G.default_vnni()
+        vnni = G.default_vnni() if self.vnni is None else self.vnni
         gk = self.kernel(("gemm_s8", cfg, "requant", out_bits, vnni),
                          lambda: G.build_s8_module(cfg, "requant", out_bits, vnni))
         width = cfg.nr if conv else cfg.mr  # rows per activation panel

@@ -461,10 +461,13 @@ class _Lowerer(NnLowering):
         self.elementwise(n, prog, [tmp, *n.src[1:]], name + ":affine")
 
 
-def lower_nodes(g: Graph, plan: PlanBuilder) -> PlanSection:
+def lower_nodes(g: Graph, plan: PlanBuilder, *, vnni: bool | None = None) -> PlanSection:
     """The CPU backend's lowering entry (registered in ``backend/cpu/__init__.py``): lower
-    every node of `g` that no backend lowered before into `plan`, and bind the outputs."""
+    every node of `g` that no backend lowered before into `plan`, and bind the outputs.
+    `vnni`: whether the int8 kernels may use AVX-512 VNNI (None: this host's answer; False for
+    code built for another machine)."""
     lowerer = _Lowerer(g, plan)
+    lowerer.vnni = vnni
     taken = lowerer.run()
     return PlanSection("cpu", taken, Section({"kernels": len(lowerer.kernels)}, {},
                                              lowerer.kernels))
