@@ -164,5 +164,5 @@ def available_runners() -> list[str]:
 
 
 # Modules of the runtime package that are not backends.
-_NOT_RUNNERS = frozenset({"plan", "artifact", "executor", "session", "runners", "dlpack"})
+_NOT_RUNNERS = frozenset({"plan", "artifact", "executor", "session", "runners"})
 
