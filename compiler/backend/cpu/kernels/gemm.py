@@ -141,45 +141,7 @@ def _ukernel(module: ir.Module, cfg: GemmConfig, bias: BiasMode, act: Act) -> ir
         return out
 
     # main loop, `unroll` k-steps per iteration, then a remainder loop
-    un = cfg.unroll
-    kmain = b.mul(b.udiv(kc, U.i64(un)), U.i64(un))
-    pre = b.block
-    head = fn.append_basic_block("k.head")
-    body = fn.append_basic_block("k.body")
-    rhead = fn.append_basic_block("r.head")
-    rbody = fn.append_basic_block("r.body")
-    done = fn.append_basic_block("done")
-    b.branch(head)
-    b.position_at_end(head)
-    k = b.phi(U.I64, "k")
-    acc = [b.phi(vt, f"acc{i}") for i in range(mr * nv)]
-    k.add_incoming(U.i64(0), pre)
-    for p in acc:
-        p.add_incoming(zero, pre)
-    b.cbranch(b.icmp_signed("<", k, kmain), body, rhead)
-    b.position_at_end(body)
-    cur: list[ir.Value] = list(acc)
-    for u in range(un):
-        cur = step(b, b.add(k, U.i64(u)), cur)
-    k.add_incoming(b.add(k, U.i64(un)), body)
-    for p, v in zip(acc, cur, strict=True):
-        p.add_incoming(v, body)
-    b.branch(head)
-    b.position_at_end(rhead)
-    k2 = b.phi(U.I64, "k2")
-    acc2 = [b.phi(vt, f"racc{i}") for i in range(mr * nv)]
-    k2.add_incoming(k, head)
-    for p, q in zip(acc2, acc, strict=True):
-        p.add_incoming(q, head)
-    b.cbranch(b.icmp_signed("<", k2, kc), rbody, done)
-    b.position_at_end(rbody)
-    cur = step(b, k2, list(acc2))
-    k2.add_incoming(b.add(k2, U.i64(1)), rbody)
-    for p, v in zip(acc2, cur, strict=True):
-        p.add_incoming(v, rbody)
-    b.branch(rhead)
-
-    b.position_at_end(done)
+    acc2 = U.accumulate(b, kc, cfg.unroll, [zero] * (mr * nv), step)
     lo_v, hi_v = U.splat(b, lo, VW), U.splat(b, hi, VW)
     for r in range(mr):
         if bias == "row":
@@ -668,45 +630,11 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
         return out
 
     # main loop, `unroll` k-groups per iteration, then a remainder loop (as the f32 kernel)
-    un = cfg.unroll
-    kmain = b.mul(b.udiv(k4, U.i64(un)), U.i64(un))
-    pre = b.block
-    head, body, rhead, rbody, done = (fn.append_basic_block(n) for n in (
-        "k.head", "k.body", "r.head", "r.body", "done"))
-    b.branch(head)
-    b.position_at_end(head)
-    k = b.phi(U.I64, "k")
-    acc = [b.phi(vt, f"acc{i}") for i in range(mr * nv)]
-    k.add_incoming(U.i64(0), pre)
-    for p in acc:
-        p.add_incoming(zero, pre)
-    b.cbranch(b.icmp_signed("<", k, kmain), body, rhead)
-    b.position_at_end(body)
-    cur: list[ir.Value] = list(acc)
-    for u in range(un):
-        cur = step(b, b.add(k, U.i64(u)), cur)
-    k.add_incoming(b.add(k, U.i64(un)), b.block)
-    for p, v in zip(acc, cur, strict=True):
-        p.add_incoming(v, b.block)
-    b.branch(head)
-    b.position_at_end(rhead)
-    k2 = b.phi(U.I64, "k2")
-    acc2 = [b.phi(vt, f"racc{i}") for i in range(mr * nv)]
-    k2.add_incoming(k, head)
-    for p, q in zip(acc2, acc, strict=True):
-        p.add_incoming(q, head)
-    b.cbranch(b.icmp_signed("<", k2, k4), rbody, done)
-    b.position_at_end(rbody)
-    cur = step(b, k2, list(acc2))
-    k2.add_incoming(b.add(k2, U.i64(1)), b.block)
-    for p, v in zip(acc2, cur, strict=True):
-        p.add_incoming(v, b.block)
-    b.branch(rhead)
+    acc2 = U.accumulate(b, k4, cfg.unroll, [zero] * (mr * nv), step)
 
     # Epilogue on 16 outputs per vector op (16 channels when the weights are B, with per-lane
     # multipliers and shifts: vpmulld, vpsllvd, vpsravd; 16 pixels of one channel when they are
     # A), clamp with smax / smin, narrow to int8 (vpmovdb).
-    b.position_at_end(done)
     lo_v, hi_v = U.splat(b, lo, _V16), U.splat(b, hi, _V16)
     one = U.const_vec(U.I32, _V16, 1)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import llvmlite.ir as ir
 
@@ -149,3 +149,47 @@ def pair(v: int | tuple[int, int], who: str, name: str) -> tuple[int, int]:
     if isinstance(v, tuple | list) and len(v) == 2 and all(isinstance(i, int) for i in v):
         return int(v[0]), int(v[1])
     raise TypeError(f"{who}: {name} must be an int or a pair of ints, got {v!r}")
+
+
+def accumulate(b: ir.IRBuilder, n: ir.Value, unroll: int, init: list[ir.Value],
+               step: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],
+               ) -> list[ir.Value]:
+    """Emit ``acc = init; for k in range(n): acc = step(b, k, acc)`` as a main loop of
+    `unroll` steps per iteration and a remainder loop, the accumulators carried in registers
+    (phi nodes). Returns the final accumulators; `b` is left after the loops."""
+    fn = b.function
+    kmain = b.mul(b.udiv(n, i64(unroll)), i64(unroll))
+    pre = b.block
+    head, body, rhead, rbody, done = (fn.append_basic_block(x) for x in (
+        "k.head", "k.body", "r.head", "r.body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64, "k")
+    acc = [b.phi(v.type, f"acc{i}") for i, v in enumerate(init)]
+    k.add_incoming(i64(0), pre)
+    for p, v in zip(acc, init, strict=True):
+        p.add_incoming(v, pre)
+    b.cbranch(b.icmp_signed("<", k, kmain), body, rhead)
+    b.position_at_end(body)
+    cur: list[ir.Value] = list(acc)
+    for u in range(unroll):
+        cur = step(b, b.add(k, i64(u)), cur)
+    k.add_incoming(b.add(k, i64(unroll)), b.block)
+    for p, v in zip(acc, cur, strict=True):
+        p.add_incoming(v, b.block)
+    b.branch(head)
+    b.position_at_end(rhead)
+    k2 = b.phi(I64, "k2")
+    acc2 = [b.phi(v.type, f"racc{i}") for i, v in enumerate(init)]
+    k2.add_incoming(k, head)
+    for p, q in zip(acc2, acc, strict=True):
+        p.add_incoming(q, head)
+    b.cbranch(b.icmp_signed("<", k2, n), rbody, done)
+    b.position_at_end(rbody)
+    cur = step(b, k2, list(acc2))
+    k2.add_incoming(b.add(k2, i64(1)), b.block)
+    for p, v in zip(acc2, cur, strict=True):
+        p.add_incoming(v, b.block)
+    b.branch(rhead)
+    b.position_at_end(done)
+    return list(acc2)
