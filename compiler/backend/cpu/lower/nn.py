@@ -422,9 +422,8 @@ class NnLowering(LowererBase):
         padding of one group or depthwise (group = input = output channels) or a matrix
         product with [K, N] weights, the REQUANTIZE along the channels without a zero point,
         to int8 or int32 (uint8 when its bounds are within int8)."""
-        got = self._fused.get(id(acc))
-        if got is not None or id(acc) in self._fused:
-            return got
+        if id(acc) in self._fused:
+            return self._fused[id(acc)]
         self._fused[id(acc)] = None
         users = self._users.get(acc, [])
         if len(users) != 1 or any(o is acc for o in self.plan.g.outputs):
