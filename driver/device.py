@@ -62,6 +62,12 @@ class Device(ABC):
     def free(self, addr: int) -> None:
         """Release a block returned by :meth:`allocate`."""
 
+    def reserve(self, addr: int, nbytes: int) -> int:
+        """Reserve the fixed range ``[addr, addr + nbytes)`` (replaying a memory image at its
+        own addresses); release it with :meth:`free` (``addr``). ``ValueError`` if any of it is
+        in use."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reserve fixed addresses")
+
     @abstractmethod
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
         """Copy host bytes into device memory at ``addr``."""
@@ -120,6 +126,9 @@ class HostMemoryDevice(Device):
 
     def free(self, addr: int) -> None:
         self.allocator.free(addr)
+
+    def reserve(self, addr: int, nbytes: int) -> int:
+        return self.allocator.reserve(addr, nbytes)
 
     def _check_range(self, what: str, addr: int, nbytes: int) -> None:
         if addr < 0 or nbytes < 0 or addr + nbytes > self.dram.size:

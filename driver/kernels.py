@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vtakit.driver.session import DeviceArray, Session, Stage
+from vtakit.driver.session import DeviceArray, Session
+from vtakit.driver.threads import VirtualThreads
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
@@ -167,75 +168,76 @@ def conv2d(sess: Session, x: DeviceArray, wt: DeviceArray, y: DeviceArray, s: Co
     wp = s.w + 2 * s.pad
     in_rows = (t.toh - 1) * s.stride + s.kh
     taps = s.kh * s.kw
-    half_inp, half_wgt, half_acc = cfg.inp_depth // 2, cfg.wgt_depth // 2, cfg.acc_depth // 2
-    chunk = 0  # INP/WGT buffer half = chunk % 2
-    tile = 0   # ACC/OUT half = tile % 2
+    vt = VirtualThreads(sess, threads=2)
     for n0, o0, oh0 in itertools.product(range(nb), range(0, ob, t.tob),
                                          range(0, s.oh, t.toh)):
-        a = tile % 2
-        acc_base = a * half_acc
-        for i0 in range(0, ib, t.tib):
-            b = chunk % 2
-            inp_base, wgt_base = b * half_inp, b * half_wgt
-            if chunk >= 2:
-                sess.dep_pop(Stage.COMPUTE, Stage.LOAD)  # compute is done with half b
-            ih0 = oh0 * s.stride - s.pad
-            top, bottom = max(0, -ih0), max(0, ih0 + in_rows - s.h)
-            rows = in_rows - top - bottom
-            plane = (n0 * ib + i0) * s.h * s.w
-            first = plane + max(ih0, 0) * s.w
-            if s.pad == 0:
-                # whole rows, no padding: the tib channel blocks are tib runs of rows * w
-                # elements, h * w apart in DRAM and back to back in SRAM: one 2-D load
-                sess.load_2d(x, first, x_size=rows * s.w, y_size=t.tib, x_stride=s.h * s.w,
-                             sram_base=inp_base, memory_type=M.INP)
-            else:
-                for ci in range(t.tib):
-                    sess.load_2d(x, first + ci * s.h * s.w, x_size=s.w, y_size=rows,
-                                 x_stride=s.w, x_pad_0=s.pad, x_pad_1=s.pad, y_pad_0=top,
-                                 y_pad_1=bottom, sram_base=inp_base + ci * in_rows * wp,
-                                 memory_type=M.INP)
-            sess.load_2d(wt, (o0 * ib + i0) * taps, x_size=t.tib * taps, y_size=t.tob,
-                         x_stride=ib * taps, sram_base=wgt_base, memory_type=M.WGT)
-            sess.dep_push(Stage.LOAD, Stage.COMPUTE)
-            sess.dep_pop(Stage.LOAD, Stage.COMPUTE)
-            if i0 == 0:
-                if tile >= 2:
-                    sess.dep_pop(Stage.STORE, Stage.COMPUTE)  # store is done with half a
-                sess.gemm(sess.uop_kernel(
-                    ("conv-reset", t, s.ow, a),
-                    lambda k, acc_base=acc_base: k.loop(t.tob * t.toh * s.ow, dst=1).push(
-                        acc_base), reset=True))
+        with vt.tile() as a:
+            acc_base = vt.half(cfg.acc_depth, a)
+            for i0 in range(0, ib, t.tib):
+                with vt.load() as b:
+                    inp_base, wgt_base = vt.half(cfg.inp_depth, b), vt.half(cfg.wgt_depth, b)
+                    _load_chunk(sess, x, wt, s, t, n0, o0, oh0, i0, inp_base, wgt_base)
+                with vt.compute():
+                    if i0 == 0:
+                        sess.gemm(sess.uop_kernel(
+                            ("conv-reset", t, s.ow, a),
+                            lambda k, acc_base=acc_base: k.loop(t.tob * t.toh * s.ow,
+                                                                dst=1).push(acc_base),
+                            reset=True))
 
-            def record(k, inp_base=inp_base, wgt_base=wgt_base, acc_base=acc_base):
-                k.loop(t.toh, dst=s.ow, src=s.stride * wp).loop(s.ow, dst=1, src=s.stride)
-                for oc, ci, ky, kx in itertools.product(range(t.tob), range(t.tib),
-                                                        range(s.kh), range(s.kw)):
-                    k.push(acc_base + oc * t.toh * s.ow,
-                           inp_base + ci * in_rows * wp + ky * wp + kx,
-                           wgt_base + (oc * t.tib + ci) * taps + ky * s.kw + kx)
-            sess.gemm(sess.uop_kernel(("conv", s, t, a, b), record))
-            sess.dep_push(Stage.COMPUTE, Stage.LOAD)
-            chunk += 1
-        rows_acc = t.tob * t.toh * s.ow
-        for op, imm in ((A.SHR, shift), (A.MIN, 127), (A.MAX, -128)):
-            sess.alu(sess.uop_kernel(
-                ("requant", op, imm, rows_acc, a),
-                lambda k, n=rows_acc, base=acc_base: k.loop(n, dst=1, src=1).push(base, base),
-                mode="alu", alu_opcode=op, use_imm=True, imm=imm))
-        sess.dep_push(Stage.COMPUTE, Stage.STORE)
-        sess.dep_pop(Stage.COMPUTE, Stage.STORE)
-        for oc in range(t.tob):
-            sess.store_2d(y, ((n0 * ob + o0 + oc) * s.oh + oh0) * s.ow, x_size=t.toh * s.ow,
-                          y_size=1, x_stride=t.toh * s.ow,
-                          sram_base=acc_base + oc * t.toh * s.ow)
-        sess.dep_push(Stage.STORE, Stage.COMPUTE)
-        tile += 1
-    for _ in range(min(chunk, 2)):  # tokens of the last two chunks and tiles
-        sess.dep_pop(Stage.COMPUTE, Stage.LOAD)
-    for _ in range(min(tile, 2)):
-        sess.dep_pop(Stage.STORE, Stage.COMPUTE)
+                    def record(k, inp_base=inp_base, wgt_base=wgt_base, acc_base=acc_base):
+                        k.loop(t.toh, dst=s.ow, src=s.stride * wp).loop(s.ow, dst=1,
+                                                                        src=s.stride)
+                        for oc, ci, ky, kx in itertools.product(range(t.tob), range(t.tib),
+                                                                range(s.kh), range(s.kw)):
+                            k.push(acc_base + oc * t.toh * s.ow,
+                                   inp_base + ci * in_rows * wp + ky * wp + kx,
+                                   wgt_base + (oc * t.tib + ci) * taps + ky * s.kw + kx)
+                    sess.gemm(sess.uop_kernel(("conv", s, t, a, b), record))
+            rows_acc = t.tob * t.toh * s.ow
+            with vt.compute():
+                for op, imm in ((A.SHR, shift), (A.MIN, 127), (A.MAX, -128)):
+                    sess.alu(sess.uop_kernel(
+                        ("requant", op, imm, rows_acc, a),
+                        lambda k, n=rows_acc, base=acc_base: k.loop(n, dst=1, src=1).push(
+                            base, base),
+                        mode="alu", alu_opcode=op, use_imm=True, imm=imm))
+            with vt.store():
+                for oc in range(t.tob):
+                    sess.store_2d(y, ((n0 * ob + o0 + oc) * s.oh + oh0) * s.ow,
+                                  x_size=t.toh * s.ow, y_size=1, x_stride=t.toh * s.ow,
+                                  sram_base=acc_base + oc * t.toh * s.ow)
+    vt.finish()
     return t
+
+
+def _load_chunk(sess: Session, x: DeviceArray, wt: DeviceArray, s: Conv2dShape,
+                t: Conv2dTiling, n0: int, o0: int, oh0: int, i0: int, inp_base: int,
+                wgt_base: int) -> None:
+    """The LOADs of one chunk: ``t.tib`` input-channel blocks of the input rows that output
+    rows ``oh0 ..`` read (zero-padded), and the matching weights."""
+    cfg = sess.cfg
+    ib = s.c // cfg.block_in
+    wp = s.w + 2 * s.pad
+    in_rows = (t.toh - 1) * s.stride + s.kh
+    taps = s.kh * s.kw
+    ih0 = oh0 * s.stride - s.pad
+    top, bottom = max(0, -ih0), max(0, ih0 + in_rows - s.h)
+    rows = in_rows - top - bottom
+    plane = (n0 * ib + i0) * s.h * s.w
+    first = plane + max(ih0, 0) * s.w
+    if s.pad == 0:
+        # whole rows, no padding: the tib channel blocks are tib runs of rows * w elements,
+        # h * w apart in DRAM and back to back in SRAM: one 2-D load
+        sess.load_2d(x, first, x_size=rows * s.w, y_size=t.tib, x_stride=s.h * s.w,
+                     sram_base=inp_base, memory_type=M.INP)
+    else:
+        for ci in range(t.tib):
+            sess.load_2d(x, first + ci * s.h * s.w, x_size=s.w, y_size=rows, x_stride=s.w,
+                         x_pad_0=s.pad, x_pad_1=s.pad, y_pad_0=top, y_pad_1=bottom,
+                         sram_base=inp_base + ci * in_rows * wp, memory_type=M.INP)
+    sess.load_2d(wt, (o0 * ib + i0) * taps, x_size=t.tib * taps, y_size=t.tob,
+                 x_stride=ib * taps, sram_base=wgt_base, memory_type=M.WGT)
 
 
 def matmul(sess: Session, a: DeviceArray, w: DeviceArray, y: DeviceArray, m: int, k: int,

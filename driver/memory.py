@@ -48,10 +48,33 @@ class Allocator:
             f"{self.free_bytes} of {self.size_bytes} bytes free, largest free block "
             f"{max((e - s for s, e in self._free), default=0)} bytes")
 
+    def reserve(self, addr: int, nbytes: int) -> int:
+        """Take the fixed range ``[addr, addr + nbytes)`` (which may start at 0) as one block,
+        released by :meth:`free` (``addr``); ``ValueError`` naming the block in the way if any
+        of it is allocated, or if it leaves the managed range."""
+        end = addr + nbytes
+        if nbytes <= 0 or addr < self.base or end > self.base + self.size_bytes:
+            raise ValueError(f"cannot reserve {nbytes} bytes at {addr:#x}: expected a positive "
+                             f"size inside [{self.base:#x}, {self.base + self.size_bytes:#x})")
+        for start, stop in sorted(self._used.items()):
+            if start < end and addr < stop:
+                raise ValueError(f"cannot reserve [{addr:#x}, {end:#x}) of device memory: block "
+                                 f"[{start:#x}, {stop:#x}) is allocated there (free it, or use a "
+                                 f"device with that range free)")
+        pieces: list[tuple[int, int]] = []
+        for s, e in self._free:
+            pieces += [(a, b) for a, b in ((s, min(e, addr)), (max(s, end), e)) if b > a]
+        self._free = pieces
+        self._used[addr] = end
+        return addr
+
     def free(self, addr: int) -> None:
         end = self._used.pop(addr, None)
         if end is None:
             raise ValueError(f"free of address {addr:#x}, which is not an allocated block")
+        addr = max(addr, self.base, 1)  # address 0 is never handed out, even after a reserve
+        if addr >= end:
+            return
         k = bisect.bisect(self._free, (addr, end))
         self._free.insert(k, (addr, end))
         merged: list[tuple[int, int]] = []

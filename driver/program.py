@@ -76,6 +76,16 @@ class UopKernel:
                        self.use_imm, self.imm)).encode())
         return h.hexdigest()[:16]
 
+    def describe(self) -> str:
+        """One line: mode fields, loops and the first micro-ops (for error messages)."""
+        head = ", ".join(f"({d}, {s}, {w})" for d, s, w in self.uops[:3].tolist())
+        more = f", ... ({len(self.uops)} in all)" if len(self.uops) > 3 else ""
+        loops = " x ".join(f"{lp.extent}(dst+{lp.dst}, src+{lp.src}, wgt+{lp.wgt})"
+                           for lp in self.loops) or "none"
+        fields = f"reset={self.reset}" if self.mode == "gemm" else (
+            f"{isa.AluOp(self.alu_opcode).name}, use_imm={self.use_imm}, imm={self.imm}")
+        return f"{self.mode} [{fields}; loops {loops}; micro-ops {head}{more}]"
+
     def words(self, cfg: HwConfig) -> np.ndarray:
         return isa.encode_uops(self.uops, cfg)
 

@@ -28,11 +28,13 @@ the UOP SRAM across runs; a LOAD of micro-ops is emitted only when a kernel is n
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,7 +44,10 @@ from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES
 
-__all__ = ["Session", "DeviceArray", "Stage", "stage_of"]
+if TYPE_CHECKING:
+    from vtakit.vta_sim.image import RunImage
+
+__all__ = ["Session", "DeviceArray", "Stage", "stage_of", "ImageRun", "run_image"]
 
 
 class Stage(IntEnum):
@@ -94,7 +99,12 @@ class DeviceArray:
             session, addr, shape, dtype, slot)
         self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
+    def _check_live(self, what: str) -> None:
+        if self.session._arrays.get(self.slot) is not self:
+            raise RuntimeError(f"{what} of {self!r}: the array was freed or its session closed")
+
     def copyfrom(self, data: np.ndarray) -> DeviceArray:
+        self._check_live("copyfrom")
         arr = np.asarray(data)
         if arr.shape != self.shape or arr.dtype != self.dtype:
             raise ValueError(f"copy into device array {self.slot}: expected {self.shape} "
@@ -103,6 +113,7 @@ class DeviceArray:
         return self
 
     def numpy(self) -> np.ndarray:
+        self._check_live("numpy")
         return self.session.device.read(self.addr, self.nbytes).view(self.dtype).reshape(
             self.shape)
 
@@ -153,6 +164,10 @@ class Session:
         self._uop_top = 0
         self._insn_buf: DeviceArray | None = None
         self.last_result: RunResult | None = None
+        # addresses this session holds on the device: released by close(), or when the session
+        # is garbage-collected without one (the finalizer must not refer to the session)
+        self._owned: set[int] = set()
+        self._finalizer = weakref.finalize(self, _release, device, self._owned)
 
     # ---- memory ---------------------------------------------------------------------------
     def alloc(self, shape: int | Sequence[int], dtype: np.typing.DTypeLike,
@@ -165,7 +180,9 @@ class Session:
         slot = name if name is not None else f"buf{next(self._ids)}"
         if slot in self._arrays:
             raise ValueError(f"a device array named {slot!r} already exists")
+        self._check_open("alloc")
         addr = self.device.allocate(max(nbytes, 1), self._align)
+        self._owned.add(addr)
         arr = DeviceArray(self, addr, shape_t, dt, slot)
         self._arrays[slot] = arr
         return arr
@@ -181,10 +198,55 @@ class Session:
         if any(r.slot == arr.slot for r in self._rec.relocs):
             raise ValueError(f"cannot free {arr.slot}: instructions not yet run refer to it")
         del self._arrays[arr.slot]
+        self._owned.discard(arr.addr)
         self.device.free(arr.addr)
+
+    # ---- lifetime -------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes of device memory this session holds (its arrays, instruction and micro-op
+        areas)."""
+        return sum(a.nbytes for a in self._arrays.values())
+
+    def _check_open(self, what: str) -> None:
+        if not self._finalizer.alive:
+            raise RuntimeError(f"{what}: the session is closed (its device memory was "
+                               f"released); open a new Session on the device")
+
+    def discard(self) -> None:
+        """Drop the instructions recorded and not yet run; nothing reaches the device.
+
+        The kernels the discarded stream would have loaded are forgotten too, so the next
+        stream loads what it uses."""
+        self._rec = _Recording.empty()
+        self._resident.clear()
+        self._uop_top = 0
+
+    def close(self) -> None:
+        """Discard any pending stream and release every buffer of the session (its arrays,
+        instruction and micro-op areas) on the device. Idempotent; the session's arrays are
+        unusable afterwards. ``with Session(dev) as s: ...`` closes on exit."""
+        if not self._finalizer.alive:
+            return
+        self.discard()
+        self._finalizer()  # frees every owned address
+        self._arrays.clear()
+        self._uop_buffers.clear()
+        self._insn_buf = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- recording ------------------------------------------------------------------------
     def _emit(self, insn: isa.Insn, reloc: tuple[str, int, int] | None = None) -> int:
+        self._check_open("recording")
         rec = self._rec
         stage = stage_of(insn)
         pops = rec.pending_pops[stage]
@@ -265,19 +327,35 @@ class Session:
                    *, mode: str = "gemm", reset: bool = False,
                    alu_opcode: isa.AluOp = isa.AluOp.ADD, use_imm: bool = False,
                    imm: int = 0) -> UopKernel:
-        """The kernel cached under ``key``; on first use ``record(builder)`` records it."""
+        """The micro-op kernel named ``key``, recorded by ``record(builder)``.
+
+        A key names one definition. Every call that passes ``record`` records the kernel (cheap:
+        one Python call per micro-op) and compares it, micro-ops and mode fields (``mode``,
+        ``reset``, ``alu_opcode``, ``use_imm``, ``imm``), with the kernel first recorded under
+        ``key``: the same definition returns the cached kernel; a different one raises
+        ``ValueError`` (use another key), so a reused key never silently runs a stale kernel.
+        ``uop_kernel(key)`` without ``record`` returns the cached kernel as it is. Residency in
+        the UOP SRAM is keyed by content, so two keys with the same definition share one load.
+        """
         kernel = self._kernels.get(key)
-        if kernel is None:
-            if record is None:
+        if record is None:
+            if kernel is None:
                 raise KeyError(f"no micro-op kernel is cached under {key!r} and no record "
                                f"function was given")
-            builder = KernelBuilder(mode, reset=reset, alu_opcode=alu_opcode, use_imm=use_imm,
-                                    imm=imm)
-            record(builder)
-            kernel = builder.build()
-            kernel.words(self.cfg)  # range-check the micro-op fields now
-            self._kernels[key] = kernel
-        return kernel
+            return kernel
+        builder = KernelBuilder(mode, reset=reset, alu_opcode=alu_opcode, use_imm=use_imm,
+                                imm=imm)
+        record(builder)
+        fresh = builder.build()
+        if kernel is not None:
+            if fresh.signature != kernel.signature:
+                raise ValueError(f"uop_kernel: key {key!r} is already defined as "
+                                 f"{kernel.describe()}; this call records "
+                                 f"{fresh.describe()} (give each definition its own key)")
+            return kernel
+        fresh.words(self.cfg)  # range-check the micro-op fields now
+        self._kernels[key] = fresh
+        return fresh
 
     def _make_resident(self, kernel: UopKernel) -> int:
         sig = kernel.signature
@@ -392,17 +470,25 @@ class Session:
         self.device.write(self._insn_buf.addr, np.frombuffer(stream, dtype=np.uint8))
         return self._insn_buf.addr, len(stream) // isa.INSN_BYTES
 
-    def save_image(self, program: Program, path: str,
-                   bindings: Mapping[str, DeviceArray | int] | None = None,
-                   description: str = "") -> None:
-        """Save ``program`` linked to this session's buffers, with the device memory it
-        reads, as a :class:`vtakit.vta_sim.RunImage` (``vtakit sim`` replays it)."""
+    def image(self, program: Program, bindings: Mapping[str, DeviceArray | int] | None = None,
+              description: str = "") -> RunImage:
+        """``program`` linked to this session's buffers, with the device memory it reads, as a
+        :class:`vtakit.vta_sim.RunImage`: a run pinned to its addresses.
+
+        A run's cycle count depends on where its buffers sit (docs/timing.md, "Placement"), so
+        comparing devices means running the same image on each: :func:`run_image`."""
         from vtakit.vta_sim import RunImage
 
         insn_addr, count = self._stage(program, bindings)
         top = max(a.addr + a.nbytes for a in self._arrays.values())
         dram = self.device.read(0, (top + 4095) & ~4095)
-        RunImage(self.cfg, dram, insn_addr, count, description).save(path)
+        return RunImage(self.cfg, dram, insn_addr, count, description)
+
+    def save_image(self, program: Program, path: str,
+                   bindings: Mapping[str, DeviceArray | int] | None = None,
+                   description: str = "") -> None:
+        """Save :meth:`image` to ``path`` (``vtakit sim`` replays it)."""
+        self.image(program, bindings, description).save(path)
 
     def synchronize(self, timeout_s: float | None = None) -> RunResult:
         """Finish the stream, run it and wait for it; returns cycles and statistics."""
@@ -444,3 +530,44 @@ class Session:
         self._resident.clear()  # the program loads micro-ops wherever it likes
         self._uop_top = 0
         return self._execute(program, bindings, timeout_s)
+
+
+def _release(device: Device, owned: set[int]) -> None:
+    for addr in sorted(owned):
+        device.free(addr)
+    owned.clear()
+
+
+@dataclass(frozen=True)
+class ImageRun:
+    """What :func:`run_image` returns: the device's result and the whole image's DRAM after the
+    run (uint8, the image's size)."""
+
+    result: RunResult
+    dram: np.ndarray
+
+    @property
+    def cycles(self) -> int:
+        return self.result.cycles
+
+
+def run_image(device: Device, image: RunImage, timeout_s: float = 600.0) -> ImageRun:
+    """Run ``image`` on ``device`` at the image's own addresses: the same program, buffers and
+    instruction stream at the same physical addresses on every device, so cycle counts compare
+    (docs/timing.md, "Placement").
+
+    The image occupies device memory ``[0, image.dram.size)``; that range must be free (a
+    device with no live session arrays there), else ``ValueError`` naming the block in the way.
+    The range is reserved for the run and freed afterwards."""
+    if image.cfg != device.cfg:
+        raise ValueError(f"run_image: the image was made for configuration {image.cfg.hash}, "
+                         f"the device is {device.cfg.hash}")
+    size = int(image.dram.size)
+    device.reserve(0, size)
+    try:
+        device.write(0, image.dram)
+        device.run(image.insn_addr, image.insn_count)
+        result = device.wait(timeout_s)
+        return ImageRun(result, device.read(0, size))
+    finally:
+        device.free(0)

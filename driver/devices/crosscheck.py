@@ -134,6 +134,10 @@ class CrossCheckDevice(Device):
         self.sim.free(addr)
         self.rtl.free(addr)
 
+    def reserve(self, addr: int, nbytes: int) -> int:
+        self.sim.reserve(addr, nbytes)
+        return self.rtl.reserve(addr, nbytes)
+
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
         self.sim.write(addr, data)
         self.rtl.write(addr, data)
@@ -169,14 +173,15 @@ class CrossCheckDevice(Device):
 def check_images(images: Iterable[RunImage], rtl: Device, *, stop_on_first: bool = False,
                  log: Callable[[str], object] | None = None) -> list[str]:
     """Run each :class:`~vtakit.vta_sim.image.RunImage` on ``sim`` (fresh) and on the RTL device
-    ``rtl`` (one process for all); return the mismatch reports."""
+    ``rtl`` (one process for all), both at the image's own addresses
+    (:func:`~vtakit.driver.session.run_image`); return the mismatch reports."""
+    from vtakit.driver.session import run_image
+
     failures = []
     for img in images:
         stats, sim = img.run()
-        rtl.write(0, img.dram)
-        rtl.run(img.insn_addr, img.insn_count)
-        r = rtl.wait(600)
-        got = rtl.read(0, img.dram.size)
+        ran = run_image(rtl, img)
+        r, got = ran.result, ran.dram
         stream = img.dram[img.insn_addr:img.insn_addr + isa.INSN_BYTES * img.insn_count]
         try:
             compare_run(img.cfg, stream, sim.dram, got, stats.cycles, r.cycles,
