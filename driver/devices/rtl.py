@@ -5,6 +5,11 @@ on-chip buffers keep their contents between runs exactly as on a board (``keeps_
 Session's resident micro-op cache stays valid. The host keeps the authoritative copy of the
 DRAM (``dram``); each run sends what changed and replays the core's writes back (see
 :mod:`vtakit.vta_hw.sim.process`).
+
+Creating the first device of a configuration emits the core's Verilog and builds the simulator
+(seconds to minutes); both are cached on disk (:mod:`vtakit.vta_hw.sim.verilog_cache`,
+:mod:`vtakit.vta_hw.sim.build`), so later devices of it, in any process, are created in
+milliseconds and start their simulator (on first use) in about a second.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ core's Verilog, the bench, the flags, the simulator), and lives in
 ``$VTAKIT_CACHE_DIR/rtl/<cfg.hash>-<key>`` (default ``~/.cache/vtakit/rtl``), outside the
 repository, so test runs, CI jobs and laptops reuse it. Waveform builds (``waves=True``,
 Verilator ``--trace-fst``) are a separate variant of the same key.
+
+Emitting the core's Verilog takes longer than finding its build, so the Verilog has a cache of
+its own (:mod:`.verilog_cache`, in ``$VTAKIT_CACHE_DIR/rtl/verilog``): a second build of a
+configuration, in this process or another, finds both without running Amaranth.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from pathlib import Path
 from vtakit.vta_hw.config import HwConfig
 
 from .tb import core_port_widths, testbench_verilog
+from .verilog_cache import cached_core_verilog, core_verilog
 
-__all__ = ["RtlBuild", "build", "core_verilog", "cache_root", "missing_tools", "SIMULATORS"]
+__all__ = ["RtlBuild", "build", "core_verilog", "cached_core_verilog", "cache_root",
+           "missing_tools", "SIMULATORS"]
 
 SIMULATORS = ("verilator", "icarus")
 TOPLEVEL = "vtakit_tb"
@@ -69,17 +75,6 @@ def missing_tools(simulator: str = "verilator") -> str | None:
         raise ValueError(f"unknown simulator {simulator!r} (expected one of "
                          f"{', '.join(SIMULATORS)})")
     return None
-
-
-def core_verilog(cfg: HwConfig) -> str:
-    """Verilog of the accelerator core ``vta_core`` (from ``vtakit.vta_hw.top.Core``)."""
-    from vtakit.vta_hw import top
-
-    if hasattr(top, "verilog"):
-        return top.verilog(cfg)
-    from amaranth.back import verilog
-
-    return verilog.convert(top.Core(cfg), name="vta_core")
 
 
 @dataclass(frozen=True)
@@ -155,7 +150,8 @@ def build(cfg: HwConfig, *, verilog: str | None = None, dram_bytes: int = DRAM_C
     ----------
     cfg : HwConfig
     verilog : str | None
-        The core's Verilog (module ``vta_core``); ``None`` emits ``vtakit.vta_hw.top.Core``.
+        The core's Verilog (module ``vta_core``); ``None`` takes ``vtakit.vta_hw.top.Core``'s
+        from :func:`~.verilog_cache.cached_core_verilog` (emitting it on a miss).
     dram_bytes : int
         Capacity of the bench's DRAM array (devices may use less).
     simulator : str
@@ -170,7 +166,7 @@ def build(cfg: HwConfig, *, verilog: str | None = None, dram_bytes: int = DRAM_C
                            f"pip install 'vtakit[rtl]'")
     cfg = cfg.validate()
     if verilog is None:
-        verilog = core_verilog(cfg)
+        verilog = cached_core_verilog(cfg)
     if simulator == "icarus":
         verilog = icarus_verilog(verilog)
     tb = testbench_verilog(cfg, core_port_widths(verilog), dram_bytes,
