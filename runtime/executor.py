@@ -10,6 +10,7 @@ compiled for this executor that runs every step on all threads at once (`runtime
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -45,6 +46,8 @@ class GraphExecutor:
         A loaded artifact, or a plan lowered in this process (`vtakit.compiler.lower_model`).
     threads : int, optional
         Threads for the split steps (default: the thread count the plan was compiled for).
+    runner_options : mapping, optional
+        Backend name -> that runner's options, e.g. ``{"vta": {"device": "rtl"}}``.
 
     Attributes
     ----------
@@ -55,7 +58,8 @@ class GraphExecutor:
         The runner of each backend the plan uses.
     """
 
-    def __init__(self, artifact: Artifact | Plan, threads: int | None = None) -> None:
+    def __init__(self, artifact: Artifact | Plan, threads: int | None = None, *,
+                 runner_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         from .artifact import Artifact
 
         if isinstance(artifact, Artifact):
@@ -88,12 +92,17 @@ class GraphExecutor:
                 arrays.append(self._params[b.name])
         memory = HostBuffers(arrays, [a.ctypes.data for a in arrays])
         self.runners: dict[str, Runner] = {}
+        ropts = dict(runner_options or {})
+        stray = sorted(set(ropts) - set(p.backends))
+        if stray:
+            raise ValueError(f"GraphExecutor: runner_options for {stray}, which the plan does "
+                             f"not use (its backends: {p.backends})")
         for name in p.backends:
             if name not in p.sections:
                 raise PlanError(f"the plan has steps for backend {name!r} but no section for it "
                                 f"(sections: {sorted(p.sections)})")
             self.runners[name] = runner_class(name)(p, p.sections[name], memory, self.threads,
-                                                    manifest)
+                                                    manifest, ropts.get(name))
         self._segments: list[Segment] = []
         self._step_info: list[tuple[str, str, str]] = []
         i = 0

@@ -21,6 +21,7 @@ import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,14 +84,19 @@ class Runner(ABC):
     manifest : dict
         The artifact's manifest (empty for a plan that was never saved); a runner checks what it
         needs there (for an accelerator: the configuration hash).
+    options : mapping, optional
+        The runner's own options, given to `GraphExecutor(..., runner_options={name: {...}})`
+        (for an accelerator: the device); a runner rejects the ones it does not know.
     """
 
     name: str = ""
 
     def __init__(self, plan: Plan, section: Section, memory: HostBuffers, threads: int,
-                 manifest: dict | None = None) -> None:
+                 manifest: dict | None = None, options: Mapping[str, Any] | None = None
+                 ) -> None:
         self.plan, self.section, self.memory, self.threads = plan, section, memory, threads
         self.manifest = manifest or {}
+        self.options = dict(options or {})
 
     @classmethod
     def check_section(cls, section: Section) -> None:

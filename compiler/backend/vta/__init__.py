@@ -1,0 +1,264 @@
+"""The accelerator backend: the integer graph's conv / dense / requantise / pool / residual-add
+layers as instruction streams for the VTA core (``--target vta --option config=NAME``).
+
+`lower` finds the layers the core can run (`layers.find_layers`), groups consecutive ones into
+*regions*, chooses a tiling per layer (`schedule`), and records each region as one relocatable
+instruction stream through the driver (`codegen`), plus one stream per layer for per-layer
+profiling. Activations stay packed in device memory inside a region; only its inputs and outputs
+cross to the host, packed and unpacked by the runtime (`driver.packing`). Everything else runs on
+the CPU backend. See docs/vta.md.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vtakit.driver.devices.record import RecordDevice
+from vtakit.driver.packing import act_shape, pack_conv_weights
+from vtakit.driver.program import Program
+from vtakit.driver.session import DeviceArray, Session
+from vtakit.runtime.plan import Call, Section, Step
+from vtakit.vta_hw.config import PRESETS, HwConfig, preset
+
+from ...ir.graph import Graph
+from ...ir.ops import Node, Op, RequantAttrs
+from .. import PlanSection, register_backend
+from .codegen import LayerCode, barrier, emit_layer
+from .layers import AddLayer, ConvLayer, Layer, find_layers
+from .requant import RequantProgram, requant_program
+from .schedule import ConvSchedule, NoSchedule, RowSchedule, choose_conv, choose_rows
+
+__all__ = ["VtaOptions", "lower", "resolve_config"]
+
+
+@dataclass(frozen=True)
+class VtaOptions:
+    """Options of the ``vta`` target.
+
+    Parameters
+    ----------
+    config : str
+        A preset name (``default``, ``ecp5``, ``ice40``, ``large``) or a JSON configuration file.
+    per_layer : bool
+        Also record one stream per layer (``profile()`` and ``vtakit compare`` run those to time
+        each layer; a normal run uses one stream per region).
+    schedules : dict
+        Layer name -> tiling (the fields of `schedule.ConvSchedule` / `RowSchedule`), overriding
+        the search (the tuning log's results).
+    """
+
+    config: str = "default"
+    per_layer: bool = True
+    schedules: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def resolve_config(spec: str | HwConfig | dict) -> HwConfig:
+    """A preset name, a JSON file's path, a dict or an `HwConfig`; `ValueError` otherwise."""
+    if isinstance(spec, HwConfig):
+        return spec.validate()
+    if isinstance(spec, dict):
+        return HwConfig.from_dict(spec).validate()
+    if spec in PRESETS:
+        return preset(spec)
+    if os.path.exists(spec):
+        with open(spec) as f:
+            return HwConfig.from_json(f.read()).validate()
+    raise ValueError(f"vta: unknown hardware configuration {spec!r} (expected a preset: "
+                     f"{', '.join(PRESETS)}, or a .json file)")
+
+
+def _programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
+    if isinstance(layer, ConvLayer):
+        assert layer.requant is not None
+        return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
+    if isinstance(layer, AddLayer):
+        ident = RequantAttrs((1,), (0,), 1, -(1 << 31), (1 << 31) - 1)
+        return tuple(requant_program(r or ident, None, layer.out.c, cfg)
+                     for r in (layer.requant_a, layer.requant_b, layer.requant))
+    return ()
+
+
+def _schedule(layer: Layer, rqs: tuple[RequantProgram, ...], cfg: HwConfig,
+              fixed: dict[str, int] | None) -> ConvSchedule | RowSchedule:
+    if isinstance(layer, ConvLayer):
+        if fixed:
+            return ConvSchedule(**fixed)
+        return choose_conv(layer, len(rqs[0].steps), rqs[0].rows, cfg)
+    if fixed:
+        return RowSchedule(**fixed)
+    return choose_rows(layer, sum(r.rows for r in rqs), cfg)
+
+
+@dataclass
+class _Region:
+    layers: list[Layer]
+    schedules: list[ConvSchedule | RowSchedule]
+    rqs: list[tuple[RequantProgram, ...]]
+
+
+def _regions(g: Graph, layers: list[Layer], schedules: dict[int, Any],
+             rqs: dict[int, tuple[RequantProgram, ...]]) -> list[_Region]:
+    """Maximal runs of layers with no CPU node between them in graph order."""
+    owner = {id(n): k for k, L in enumerate(layers) for n in L.nodes}
+    anchor = {id(L.out.node): k for k, L in enumerate(layers)}
+    regions: list[_Region] = []
+    cur: _Region | None = None
+    for n in g.nodes:
+        if id(n) in anchor:
+            k = anchor[id(n)]
+            if cur is None:
+                cur = _Region([], [], [])
+                regions.append(cur)
+            cur.layers.append(layers[k])
+            cur.schedules.append(schedules[k])
+            cur.rqs.append(rqs[k])
+        elif id(n) not in owner and n.op not in (Op.CONST, Op.INPUT):
+            cur = None
+    return regions
+
+
+@register_backend("vta", options=VtaOptions)
+def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
+    """VTA instruction streams for the integer graph's conv, dense, pool and add layers."""
+    cfg = resolve_config(opts.config)
+    layers, why = find_layers(g, cfg)
+    kept: list[Layer] = []
+    schedules: dict[int, Any] = {}
+    rqs: dict[int, tuple[RequantProgram, ...]] = {}
+    for L in layers:
+        progs = _programs(L, cfg)
+        try:
+            sch = _schedule(L, progs, cfg, opts.schedules.get(L.name))
+        except NoSchedule as e:
+            why[L.name] = str(e)
+            continue
+        schedules[len(kept)], rqs[len(kept)] = sch, progs
+        kept.append(L)
+    regions = _regions(g, kept, schedules, rqs)
+    position = {id(n): i for i, n in enumerate(g.nodes)}
+    sess = Session(RecordDevice(cfg))
+    params: dict[str, np.ndarray] = {}
+    programs: dict[str, Program] = {}
+    meta_regions = []
+    taken: set[int] = set()
+    for r, region in enumerate(regions):
+        meta_regions.append(_lower_region(r, region, g, cfg, sess, plan, params, programs,
+                                          opts.per_layer))
+        for L in region.layers:
+            taken.update(position[id(n)] for n in L.nodes)
+    sess.close()
+    meta = {"config": cfg.to_dict(), "config_hash": cfg.hash, "regions": meta_regions,
+            "cpu_fallback": why}
+
+    def emit(sec: Section) -> dict[str, bytes]:
+        live = sec.live
+        out = {}
+        for name, prog in live["programs"].items():
+            buf = io.BytesIO()
+            prog.save(buf)
+            out[name] = buf.getvalue()
+        buf = io.BytesIO()
+        np.savez(buf, **live["params"])
+        out["params.npz"] = buf.getvalue()
+        return out
+
+    section = Section(meta, live={"programs": programs, "params": params})
+    return PlanSection("vta", frozenset(taken), section, emit=emit, hw_config=cfg.to_dict(),
+                       hw_config_hash=cfg.hash)
+
+
+def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Session, plan: Any,
+                  params: dict[str, np.ndarray], programs: dict[str, Program],
+                  per_layer: bool) -> dict[str, Any]:
+    prefix = f"r{r}."
+    produced = {id(L.out.node): L for L in region.layers}
+    inside = {id(n) for L in region.layers for n in L.nodes}
+    users = g.users()
+    graph_outputs = {id(n) for n in g.outputs}
+    arrays: dict[str, DeviceArray] = {}
+    slots: dict[str, dict[str, Any]] = {}
+    act_slot: dict[int, str] = {}
+    inputs_meta: list[dict[str, Any]] = []
+    outputs_meta: list[dict[str, Any]] = []
+
+    def alloc(name: str, shape: tuple[int, ...], dtype: str, param: bool) -> str:
+        slot = prefix + name
+        arrays[slot] = sess.alloc(shape, np.dtype(dtype), name=slot)
+        slots[slot] = {"shape": list(shape), "dtype": dtype, "param": param}
+        return slot
+
+    def act(op_node: Node, operand: Any) -> str:
+        if id(op_node) not in act_slot:
+            act_slot[id(op_node)] = alloc(
+                f"a{len(act_slot)}", act_shape(cfg, operand.n, operand.c, operand.h, operand.w),
+                "int8", False)
+        return act_slot[id(op_node)]
+
+    codes: list[LayerCode] = []
+    for L in region.layers:
+        ins = []
+        for opnd in L.inputs:
+            slot = act(opnd.node, opnd)
+            ins.append(slot)
+            if id(opnd.node) not in produced and not any(
+                    m["slot"] == slot for m in inputs_meta):
+                inputs_meta.append({"slot": slot, "arg": list(plan.ptr(opnd.node)),
+                                    "matrix": opnd.matrix, "shape": list(opnd.node.shape),
+                                    "channels": opnd.c})
+        out = act(L.out.node, L.out)
+        code = LayerCode(ins, out)
+        if isinstance(L, ConvLayer):
+            w = pack_conv_weights(L.weight, cfg)
+            code.weight = alloc(f"{L.name}:w", w.shape, "int8", True)
+            params[code.weight] = w
+        tables = []
+        for k, rq in enumerate(region.rqs[region.layers.index(L)]):
+            if rq.rows:
+                t = alloc(f"{L.name}:rq{k}", rq.table.shape, "int32", True)
+                params[t] = rq.table
+                tables.append(t)
+            else:
+                tables.append("")
+        code.tables = tuple(tables)
+        codes.append(code)
+    for L in region.layers:
+        n = L.out.node
+        outside = [u for u in users.get(n, []) if id(u) not in inside]
+        if outside or id(n) in graph_outputs:
+            outputs_meta.append({"slot": act_slot[id(n)], "arg": list(plan.out(n)),
+                                 "matrix": L.out.matrix, "shape": list(n.shape),
+                                 "channels": L.out.c, "layer": L.name})
+    with sess.record() as rec:
+        for k, (L, sch, rqs, code) in enumerate(zip(region.layers, region.schedules, region.rqs,
+                                                    codes, strict=True)):
+            if k:
+                barrier(sess)
+            emit_layer(sess, L, sch, rqs, arrays, code)
+    name = f"region{r}.npz"
+    programs[name] = rec[0]
+    layer_meta = []
+    for k, (L, sch, rqs, code) in enumerate(zip(region.layers, region.schedules, region.rqs,
+                                                codes, strict=True)):
+        lm: dict[str, Any] = {"name": L.name, "kind": L.kind, "macs": L.macs,
+                              "schedule": sch.to_json(), "inputs": code.inputs,
+                              "output": code.output}
+        if per_layer:
+            with sess.record() as one:
+                emit_layer(sess, L, sch, rqs, arrays, code)
+            lm["program"] = f"region{r}_layer{k}.npz"
+            programs[lm["program"]] = one[0]
+        layer_meta.append(lm)
+    for arr in arrays.values():
+        arr.free()
+    io_args = tuple(tuple(m["arg"]) for m in inputs_meta + outputs_meta)
+    for k, L in enumerate(region.layers):
+        with plan.lowering(L.out.node, "vta"):
+            plan.add_step(Step(L.name, L.kind, [Call(r, f"layer{k}", "p" * len(io_args),
+                                                     io_args)], backend="vta"))
+    return {"program": name, "slots": slots, "inputs": inputs_meta, "outputs": outputs_meta,
+            "layers": layer_meta}

@@ -1,0 +1,278 @@
+"""The accelerator's layers, found in the integer graph.
+
+A *layer* is a group of integer-graph nodes that the accelerator runs as one unit, reading and
+writing int8 activations in its packed layout:
+
+- ``conv``: CONV_INTEGER (groups 1, dilation 1, zero points 0, padding <= 15) or
+  MATMUL_INTEGER (a 1x1 convolution over an (M/B) x 1 image), followed by its REQUANTIZE to
+  int8 (bias, clamp, multiplier, rounding shift, zero point, ReLU/ReLU6/clip as MIN/MAX);
+- ``max_pool``: MAX_POOL of an int8 tensor (zero padding only where the input cannot be
+  negative: the ALU pads with zeros);
+- ``add``: the residual add of the integer graph, ``REQUANTIZE(ADD(REQUANTIZE(CAST(a)),
+  REQUANTIZE(CAST(b))))`` with int8 ``a``, ``b`` and output.
+
+`find_layers` returns them in graph order with the reason every other candidate node was left
+to the CPU (for the compile report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vtakit.vta_hw.config import HwConfig
+
+from ...ir.dtypes import DType
+from ...ir.graph import Graph
+from ...ir.ops import ConvAttrs, Node, Op, PoolAttrs, RequantAttrs
+
+MAX_PAD = 15  # the LOAD's 4-bit padding fields
+
+__all__ = ["Layer", "ConvLayer", "PoolLayer", "AddLayer", "Operand", "find_layers", "MAX_PAD"]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An int8 activation a layer reads, as (N, C, H, W) (a matrix (M, K) is N=B, C=K,
+    H=M/B, W=1)."""
+
+    node: Node
+    n: int
+    c: int
+    h: int
+    w: int
+    matrix: bool = False
+
+
+@dataclass
+class Layer:
+    """Nodes the accelerator runs as one unit; ``out`` is the node whose value it produces."""
+
+    name: str
+    kind: str
+    nodes: list[Node]
+    inputs: list[Operand]
+    out: Operand
+
+    @property
+    def macs(self) -> int:
+        return 0
+
+
+@dataclass
+class ConvLayer(Layer):
+    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 1, 1), np.int8))
+    kernel: tuple[int, int] = (1, 1)
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    requant: RequantAttrs | None = None
+    bias: np.ndarray | None = None
+
+    @property
+    def macs(self) -> int:
+        o = self.out
+        return o.n * o.c * o.h * o.w * self.inputs[0].c * self.kernel[0] * self.kernel[1]
+
+
+@dataclass
+class PoolLayer(Layer):
+    kernel: tuple[int, int] = (1, 1)
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+@dataclass
+class AddLayer(Layer):
+    requant_a: RequantAttrs | None = None
+    requant_b: RequantAttrs | None = None
+    requant: RequantAttrs | None = None
+
+
+def _operand(n: Node, cfg: HwConfig) -> Operand | None:
+    if n.dtype is not DType.INT8:
+        return None
+    if n.rank == 4 and n.shape[0] % cfg.batch == 0:
+        nn, c, h, w = n.shape
+        return Operand(n, nn, c, h, w)
+    if n.rank == 2 and n.shape[0] % cfg.batch == 0:
+        m, k = n.shape
+        return Operand(n, cfg.batch, k, m // cfg.batch, 1, matrix=True)
+    return None
+
+
+def _zero(n: Node) -> bool:
+    return n.op is Op.CONST and not np.any(n.value)
+
+
+def _single_requant(n: Node, users: dict[Node, list[Node]], out_dtype: DType) -> Node | None:
+    us = users.get(n, [])
+    if len(us) == 1 and us[0].op is Op.REQUANTIZE and us[0].src[0] is n \
+            and us[0].dtype is out_dtype:
+        return us[0]
+    return None
+
+
+def _requant_ok(rq: Node, channels: int, channel_axis: int) -> str | None:
+    a = rq.attrs
+    assert isinstance(a, RequantAttrs)
+    per_channel = max(len(a.multiplier), len(a.shift), len(getattr(a, "clamp", ())) or 1)
+    if per_channel > 1 and a.axis != channel_axis:
+        return f"per-channel requantisation along axis {a.axis}, not the channel axis"
+    if len(rq.src) > 1 and (rq.src[1].op is not Op.CONST or rq.src[1].value.size != channels):
+        return "a bias that is not a constant per output channel"
+    return None
+
+
+def find_layers(g: Graph, cfg: HwConfig) -> tuple[list[Layer], dict[str, str]]:
+    """The layers of `g` the accelerator can run, in graph order, and for every conv / matmul
+    / pool / add node left to the CPU the reason."""
+    users = g.users()
+    layers: list[Layer] = []
+    why: dict[str, str] = {}
+    claimed: set[int] = set()
+    same_blocks = cfg.block_in == cfg.block_out
+    for n in g.nodes:
+        if id(n) in claimed:
+            continue
+        reason: str | None
+        layer: Layer | None = None
+        if n.op in (Op.CONV_INTEGER, Op.MATMUL_INTEGER):
+            layer, reason = _conv(n, users, cfg)
+        elif n.op is Op.MAX_POOL:
+            layer, reason = _pool(n, cfg) if same_blocks else (
+                None, "block_in != block_out: pooling reads the OUT layout as ACC rows")
+        elif n.op is Op.ADD and n.dtype is DType.INT32:
+            layer, reason = _add(n, users, cfg) if same_blocks else (
+                None, "block_in != block_out: the add reads the OUT layout as ACC rows")
+        else:
+            continue
+        if layer is None:
+            why[n.name] = reason or "not supported"
+            continue
+        claimed.update(id(m) for m in layer.nodes)
+        layers.append(layer)
+    return layers, why
+
+
+def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
+          ) -> tuple[Layer | None, str | None]:
+    x, w, xzp, wzp = n.src
+    if not (_zero(xzp) and _zero(wzp)):
+        return None, "non-zero zero points (the GEMM core multiplies int8 by int8)"
+    if w.op is not Op.CONST or w.dtype is not DType.INT8:
+        return None, "weights that are not an int8 constant"
+    xin = _operand(x, cfg)
+    if xin is None:
+        return None, f"an input of {x.dtype.value}{list(x.shape)} (int8 with the batch a " \
+                     f"multiple of {cfg.batch} expected)"
+    rq = _single_requant(n, users, DType.INT8)
+    if rq is None:
+        return None, "an accumulator not requantised to int8 by its only user"
+    if n.op is Op.MATMUL_INTEGER:
+        if x.rank != 2 or w.value.ndim != 2:
+            return None, "a batched matmul"
+        weight = np.ascontiguousarray(w.value.T)[:, :, None, None]
+        kernel, strides, pads = (1, 1), (1, 1), (0, 0, 0, 0)
+        axis = 1
+    else:
+        a = n.attrs
+        assert isinstance(a, ConvAttrs)
+        if len(a.kernel) != 2:
+            return None, f"a {len(a.kernel)}-d convolution"
+        if a.group != 1:
+            return None, (f"group={a.group} (a grouped or depthwise convolution uses 1/"
+                          f"{cfg.block_in} of the GEMM core; the CPU's depthwise kernel is "
+                          f"faster, see docs/vta.md)")
+        if tuple(a.dilations) != (1, 1):
+            return None, f"dilations {tuple(a.dilations)}"
+        if max(a.pads) > MAX_PAD:
+            return None, f"padding {tuple(a.pads)} beyond the LOAD's {MAX_PAD}"
+        weight = w.value
+        kernel = (int(a.kernel[0]), int(a.kernel[1]))
+        strides = (int(a.strides[0]), int(a.strides[1]))
+        pads = (int(a.pads[0]), int(a.pads[1]), int(a.pads[2]), int(a.pads[3]))
+        axis = 1
+    out = _operand(rq, cfg)
+    if out is None:
+        return None, "an output the accelerator cannot hold"
+    bad = _requant_ok(rq, out.c, axis)
+    if bad:
+        return None, bad
+    bias = rq.src[1].value.astype(np.int32) if len(rq.src) > 1 else None
+    attrs = rq.attrs
+    assert isinstance(attrs, RequantAttrs)
+    kind = "dense" if n.op is Op.MATMUL_INTEGER else "conv2d"
+    return ConvLayer(rq.name, kind, [n, rq], [xin], out, weight=weight, kernel=kernel,
+                     strides=strides, pads=pads, requant=attrs, bias=bias), None
+
+
+def _nonnegative(x: Node) -> bool:
+    return x.op is Op.REQUANTIZE and isinstance(x.attrs, RequantAttrs) and x.attrs.lo >= 0
+
+
+def _pool(n: Node, cfg: HwConfig) -> tuple[Layer | None, str | None]:
+    a = n.attrs
+    assert isinstance(a, PoolAttrs)
+    x = n.src[0]
+    xin = _operand(x, cfg)
+    if xin is None or n.rank != 4 or len(a.kernel) != 2:
+        return None, "not a 2-d int8 pooling the accelerator can hold"
+    if tuple(a.dilations) != (1, 1):
+        return None, f"dilations {tuple(a.dilations)}"
+    kh, kw = int(a.kernel[0]), int(a.kernel[1])
+    sh, sw = int(a.strides[0]), int(a.strides[1])
+    pt, pl = int(a.pads[0]), int(a.pads[1])
+    oh, ow = n.shape[2], n.shape[3]
+    pb = max(0, (oh - 1) * sh + kh - x.shape[2] - pt)  # ceil_mode windows count as padding
+    pr = max(0, (ow - 1) * sw + kw - x.shape[3] - pl)
+    if max(pt, pl, pb, pr) > MAX_PAD:
+        return None, f"padding beyond the LOAD's {MAX_PAD}"
+    if max(pt, pl, pb, pr) and not _nonnegative(x):
+        return None, "padding around an input that can be negative (the ALU pads with zeros)"
+    out = _operand(n, cfg)
+    assert out is not None
+    return PoolLayer(n.name, "max_pool", [n], [xin], out, kernel=(kh, kw), strides=(sh, sw),
+                     pads=(pt, pl, pb, pr)), None
+
+
+def _int8_source(r: Node) -> tuple[Node, RequantAttrs | None] | None:
+    """``r`` as REQUANTIZE(CAST(int8)) or CAST(int8): the int8 node and the requantisation."""
+    rq: RequantAttrs | None = None
+    if r.op is Op.REQUANTIZE and len(r.src) == 1:
+        assert isinstance(r.attrs, RequantAttrs)
+        rq = r.attrs
+        r = r.src[0]
+    if r.op is Op.CAST and r.src[0].dtype is DType.INT8:
+        return r.src[0], rq
+    return None
+
+
+def _add(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
+         ) -> tuple[Layer | None, str | None]:
+    srcs = [_int8_source(s) for s in n.src]
+    if any(s is None for s in srcs):
+        return None, "operands that are not rescaled int8 tensors"
+    (a, ra), (b, rb) = srcs  # type: ignore[misc]
+    if a.shape != b.shape or a.shape != n.shape:
+        return None, "a broadcasting add"
+    rq = _single_requant(n, users, DType.INT8)
+    if rq is None:
+        return None, "a sum not requantised to int8 by its only user"
+    ia, ib, out = _operand(a, cfg), _operand(b, cfg), _operand(rq, cfg)
+    if ia is None or ib is None or out is None or n.rank != 4:
+        return None, "operands the accelerator cannot hold"
+    assert isinstance(rq.attrs, RequantAttrs)
+    for r in (ra, rb, rq.attrs):
+        if r is not None and max(len(r.multiplier), len(r.shift)) > 1 and r.axis != 1:
+            return None, "per-channel rescaling along another axis than the channels"
+    if len(rq.src) > 1:
+        return None, "a bias on the sum"
+    nodes = [n, rq] + [s for s in n.src] + [s.src[0] for s in n.src if s.op is Op.REQUANTIZE]
+    exclusive = [s for s in nodes if s is not n and s is not rq]
+    if any(len(users.get(s, [])) != 1 for s in exclusive):
+        return None, "a rescaled operand that other nodes also use"
+    attrs = rq.attrs
+    assert isinstance(attrs, RequantAttrs)
+    return AddLayer(rq.name, "add", nodes, [ia, ib], out, requant_a=ra, requant_b=rb,
+                    requant=attrs), None
