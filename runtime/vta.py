@@ -165,8 +165,9 @@ class VtaRunner(Runner):
 
     # ---- running ------------------------------------------------------------------------
     def _pack_inputs(self, reg: _Region) -> None:
-        for arr, host, matrix, _ in reg.inputs:
-            packed = pack_mat(host, self.cfg) if matrix else pack_act(host, self.cfg)
+        for arr, host, matrix, c in reg.inputs:
+            packed = pack_mat(host.reshape(-1, c), self.cfg) if matrix else \
+                pack_act(host, self.cfg)
             arr.copyfrom(packed)
 
     def _unpack(self, reg: _Region, layer: str | None = None) -> None:
@@ -174,7 +175,7 @@ class VtaRunner(Runner):
             if layer is None or name == layer:
                 y = arr.numpy()
                 if matrix:
-                    unpack_mat(y, c, out=host)
+                    unpack_mat(y, c, out=host.reshape(-1, c))
                 else:
                     unpack_act(y, c, out=host)
 

@@ -29,7 +29,7 @@ from ...ir.graph import Graph
 from ...ir.ops import Node, Op, RequantAttrs
 from .. import PlanSection, register_backend
 from .codegen import LayerCode, barrier, emit_layer
-from .layers import AddLayer, ConvLayer, Layer, find_layers
+from .layers import AddLayer, ConvLayer, Layer, find_layers, node_dims
 from .requant import RequantProgram, requant_program
 from .schedule import ConvSchedule, NoSchedule, RowSchedule, choose_conv, choose_rows
 
@@ -192,25 +192,29 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
         slots[slot] = {"shape": list(shape), "dtype": dtype, "param": param}
         return slot
 
-    def act(op_node: Node, operand: Any) -> str:
-        if id(op_node) not in act_slot:
-            act_slot[id(op_node)] = alloc(
-                f"a{len(act_slot)}", act_shape(cfg, operand.n, operand.c, operand.h, operand.w),
-                "int8", False)
-        return act_slot[id(op_node)]
+    def act(node: Node) -> str:
+        if id(node) not in act_slot:
+            dims = node_dims(node, cfg)
+            assert dims is not None
+            act_slot[id(node)] = alloc(f"a{len(act_slot)}", act_shape(cfg, *dims), "int8", False)
+        return act_slot[id(node)]
+
+    def host(node: Node, arg: Any) -> dict[str, Any]:
+        """How the runtime packs / unpacks the value of `node` (by its own shape)."""
+        return {"slot": act_slot[id(node)], "arg": list(arg), "shape": list(node.shape),
+                "matrix": node.rank != 4, "channels": int(node.shape[1 if node.rank == 4
+                                                                    else -1])}
 
     codes: list[LayerCode] = []
     for L in region.layers:
         ins = []
         for opnd in L.inputs:
-            slot = act(opnd.node, opnd)
+            slot = act(opnd.node)
             ins.append(slot)
             if id(opnd.node) not in produced and not any(
                     m["slot"] == slot for m in inputs_meta):
-                inputs_meta.append({"slot": slot, "arg": list(plan.ptr(opnd.node)),
-                                    "matrix": opnd.matrix, "shape": list(opnd.node.shape),
-                                    "channels": opnd.c})
-        out = act(L.out.node, L.out)
+                inputs_meta.append(host(opnd.node, plan.ptr(opnd.node)))
+        out = act(L.out.node)
         code = LayerCode(ins, out)
         if isinstance(L, ConvLayer):
             w = pack_conv_weights(L.weight, cfg)
@@ -230,9 +234,7 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
         n = L.out.node
         outside = [u for u in users.get(n, []) if id(u) not in inside]
         if outside or id(n) in graph_outputs:
-            outputs_meta.append({"slot": act_slot[id(n)], "arg": list(plan.out(n)),
-                                 "matrix": L.out.matrix, "shape": list(n.shape),
-                                 "channels": L.out.c, "layer": L.name})
+            outputs_meta.append(dict(host(n, plan.out(n)), layer=L.name))
     with sess.record() as rec:
         for k, (L, sch, rqs, code) in enumerate(zip(region.layers, region.schedules, region.rqs,
                                                     codes, strict=True)):

@@ -29,20 +29,37 @@ from ...ir.ops import ConvAttrs, Node, Op, PoolAttrs, RequantAttrs
 
 MAX_PAD = 15  # the LOAD's 4-bit padding fields
 
-__all__ = ["Layer", "ConvLayer", "PoolLayer", "AddLayer", "Operand", "find_layers", "MAX_PAD"]
+__all__ = ["Layer", "ConvLayer", "PoolLayer", "AddLayer", "Operand", "find_layers", "node_dims",
+           "MAX_PAD"]
 
 
 @dataclass(frozen=True)
 class Operand:
-    """An int8 activation a layer reads, as (N, C, H, W) (a matrix (M, K) is N=B, C=K,
-    H=M/B, W=1)."""
+    """An int8 activation a layer reads or writes, as the layer sees it: (N, C, H, W). A matrix
+    (..., M, K) is the 1x1-convolution image N=B, C=K, H=M/B, W=1; the input of a dense layer
+    that flattens a 4-d activation is that activation's packed blocks as C (see `_flattened`).
+    How the value is laid out in device memory depends only on its node (`node_dims`)."""
 
     node: Node
     n: int
     c: int
     h: int
     w: int
-    matrix: bool = False
+
+
+def node_dims(n: Node, cfg: HwConfig) -> tuple[int, int, int, int] | None:
+    """The (N, C, H, W) of node `n`'s value in device memory: a 4-d activation as it is; a
+    matrix (..., M, K) (leading dimensions folded into M) as (B, K, M/B, 1). None if the
+    accelerator cannot hold it (not int8, batch not a multiple of the core's)."""
+    if n.dtype is not DType.INT8 or n.rank < 2:
+        return None
+    if n.rank == 4:
+        nn, c, h, w = n.shape
+        return (nn, c, h, w) if nn % cfg.batch == 0 else None
+    m = int(np.prod(n.shape[:-1]))
+    if m % cfg.batch:
+        return None
+    return cfg.batch, n.shape[-1], m // cfg.batch, 1
 
 
 @dataclass
@@ -90,15 +107,29 @@ class AddLayer(Layer):
 
 
 def _operand(n: Node, cfg: HwConfig) -> Operand | None:
-    if n.dtype is not DType.INT8:
+    dims = node_dims(n, cfg)
+    return None if dims is None else Operand(n, *dims)
+
+
+def _flattened(x: Node, cfg: HwConfig) -> tuple[Operand, np.ndarray] | None:
+    """A RESHAPE flattening a 4-d int8 activation (B, C, H, W) to (B, C*H*W), read in place: the
+    dense layer takes the activation's packed elements (channel block, row, column; BI lanes
+    each) as its Cb*H*W*BI input channels, and `order[k']` is the flattened index of channel
+    k' (-1 for a padding lane)."""
+    if x.op is not Op.RESHAPE or x.rank != 2:
         return None
-    if n.rank == 4 and n.shape[0] % cfg.batch == 0:
-        nn, c, h, w = n.shape
-        return Operand(n, nn, c, h, w)
-    if n.rank == 2 and n.shape[0] % cfg.batch == 0:
-        m, k = n.shape
-        return Operand(n, cfg.batch, k, m // cfg.batch, 1, matrix=True)
-    return None
+    a = x.src[0]
+    if a.rank != 4 or a.dtype is not DType.INT8 or a.shape[0] != cfg.batch \
+            or x.shape != (a.shape[0], int(np.prod(a.shape[1:]))):
+        return None
+    _, c, h, w = a.shape
+    bi = cfg.block_in
+    cb = -(-c // bi)
+    idx = np.arange(cb * bi)  # channel of each (block, lane)
+    chan = idx.reshape(cb, 1, 1, bi)
+    hw = np.arange(h * w).reshape(1, h, w, 1)
+    order = np.where(chan < c, chan * h * w + hw.reshape(1, h, w, 1), -1)
+    return Operand(a, cfg.batch, cb * h * w * bi, 1, 1), order.reshape(-1)
 
 
 def _zero(n: Node) -> bool:
@@ -162,7 +193,8 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
         return None, "non-zero zero points (the GEMM core multiplies int8 by int8)"
     if w.op is not Op.CONST or w.dtype is not DType.INT8:
         return None, "weights that are not an int8 constant"
-    xin = _operand(x, cfg)
+    flat = _flattened(x, cfg) if n.op is Op.MATMUL_INTEGER else None
+    xin = flat[0] if flat else _operand(x, cfg)
     if xin is None:
         return None, f"an input of {x.dtype.value}{list(x.shape)} (int8 with the batch a " \
                      f"multiple of {cfg.batch} expected)"
@@ -170,9 +202,13 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     if rq is None:
         return None, "an accumulator not requantised to int8 by its only user"
     if n.op is Op.MATMUL_INTEGER:
-        if x.rank != 2 or w.value.ndim != 2:
-            return None, "a batched matmul"
-        weight = np.ascontiguousarray(w.value.T)[:, :, None, None]
+        if w.value.ndim != 2:
+            return None, "a matmul with batched weights"
+        wt = w.value.T  # (N, K)
+        if flat:
+            order = flat[1]
+            wt = np.where(order[None, :] >= 0, wt[:, np.maximum(order, 0)], 0).astype(np.int8)
+        weight = np.ascontiguousarray(wt)[:, :, None, None]
         kernel, strides, pads = (1, 1), (1, 1), (0, 0, 0, 0)
         axis = 1
     else:
@@ -203,7 +239,8 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
     kind = "dense" if n.op is Op.MATMUL_INTEGER else "conv2d"
-    return ConvLayer(rq.name, kind, [n, rq], [xin], out, weight=weight, kernel=kernel,
+    nodes = [n, rq] + ([x] if flat and len(users.get(x, [])) == 1 else [])
+    return ConvLayer(rq.name, kind, nodes, [xin], out, weight=weight, kernel=kernel,
                      strides=strides, pads=pads, requant=attrs, bias=bias), None
 
 
