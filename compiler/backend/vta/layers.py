@@ -210,7 +210,7 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
             wt = np.where(order[None, :] >= 0, wt[:, np.maximum(order, 0)], 0).astype(np.int8)
         weight = np.ascontiguousarray(wt)[:, :, None, None]
         kernel, strides, pads = (1, 1), (1, 1), (0, 0, 0, 0)
-        axis = 1
+        axis = rq.rank - 1
     else:
         a = n.attrs
         assert isinstance(a, ConvAttrs)
