@@ -134,12 +134,17 @@ class PlanBuilder:
         placement = place([(b, self.buffers[b].nbytes, first[b], last[b]) for b in first])
         for b, off in placement.offsets.items():
             self.buffers[b].offset = off
+        arena_bytes = placement.arena_bytes
+        for b, buf in enumerate(self.buffers):  # made but used by no step: any offset will do
+            if buf.kind == "arena" and b not in first:
+                buf.offset = 0
+                arena_bytes = max(arena_bytes, buf.nbytes)
         g = self.g
         return Plan(self.buffers, steps, self.params,
                     [(n.name, n.dtype.np.str, n.shape) for n in g.inputs],
                     [(nm, n.dtype.np.str, n.shape) for nm, n in
                      zip(g.output_names, g.outputs, strict=True)],
-                    placement.arena_bytes, self.threads,
+                    arena_bytes, self.threads,
                     {s.backend: s.section for s in sections})
 
 

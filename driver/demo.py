@@ -1,4 +1,4 @@
-"""The built-in example: one int8 convolution layer on the simulated accelerator."""
+"""`vtakit demo --layer`: one hand-tiled int8 convolution layer on the simulated accelerator."""
 
 from __future__ import annotations
 

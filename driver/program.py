@@ -206,6 +206,26 @@ class Program:
         """The (unlinked) instructions, decoded."""
         return [isa.decode(int(lo) | (int(hi) << 64), self.cfg) for lo, hi in self.words]
 
+    def listing(self, uops: bool = False) -> list[str]:
+        """The disassembly, one instruction per line; a relocated LOAD/STORE names its slot and
+        element offset (``dram_base`` is 0 until linked), and with ``uops`` every micro-op
+        kernel the program loads follows."""
+        from vtakit.vta_hw.disasm import format_insn, format_uops
+
+        where = {r.index: r for r in self.relocs}
+        lines = []
+        for i, insn in enumerate(self.insns()):
+            line = format_insn(i, insn, self.cfg)
+            r = where.get(i)
+            if r is not None:
+                line += f"   ; dram_base = &{r.slot} + {r.elem_offset}"
+            lines.append(line)
+        if uops:
+            for slot, words in self.constants.items():
+                lines.append(f"; {slot}: {len(words)} micro-ops")
+                lines += format_uops(np.ascontiguousarray(words, "<u4").tobytes(), self.cfg)
+        return lines
+
     def save(self, path: str | Path) -> None:
         meta = {"config": self.cfg.to_dict(), "hw_ver": list(isa.HW_VER),
                 "relocs": [[r.index, r.slot, r.elem_offset, r.elem_bytes] for r in self.relocs],

@@ -31,7 +31,7 @@ from vtakit.vta_hw.config import HwConfig
 from .plan import Section, Step
 from .runners import HostBuffers, Runner, Segment, register_runner
 
-__all__ = ["VtaRunner", "LayerRun", "make_device"]
+__all__ = ["VtaRunner", "LayerRun", "make_device", "listing"]
 
 OPTIONS = ("device", "timeout_s")
 
@@ -241,3 +241,16 @@ class VtaRunner(Runner):
         close = getattr(self.device, "close", None)
         if close is not None and self._own_device:
             close()
+
+
+def listing(section: Section, uops: bool = False) -> list[str]:
+    """The disassembly of every stream of a ``vta`` section (`vtakit disasm model.vtak`): each
+    region's stream, then each layer's, with a header naming the region and its layers."""
+    cfg = HwConfig.from_dict(section.meta["config"])
+    lines = [f"; vta section for configuration {cfg.hash} ({cfg.bitstream_name})"]
+    for r, reg in enumerate(section.meta["regions"]):
+        names = ", ".join(f"{lm['name']} ({lm['kind']})" for lm in reg["layers"])
+        prog = Program.load(io.BytesIO(section.members[reg["program"]]))
+        lines.append(f"; region {r}: {len(prog)} instructions; layers {names}")
+        lines += prog.listing(uops)
+    return lines

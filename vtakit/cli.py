@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +165,28 @@ def hw_report(config: HwConfig, target: str, timeout: float) -> None:
               help="Hardware configuration the stream was built for (preset or JSON file).")
 @click.option("--uops", is_flag=True, help="FILE is a micro-op array (32-bit words).")
 def disasm(file: Path, config: HwConfig, uops: bool) -> None:
-    """Print a binary instruction stream (16-byte words) one instruction per line."""
+    """Print a binary instruction stream (16-byte words) one instruction per line, or every
+    accelerator stream of a compiled artifact (.vtak: its own configuration; --uops adds the
+    micro-op kernels)."""
+    import zipfile
+
     from vtakit.vta_hw import disasm as dis
 
+    if zipfile.is_zipfile(file):
+        from vtakit.runtime import Artifact, ArtifactError
+        from vtakit.runtime.vta import listing
+
+        try:
+            art = Artifact.load(file)
+        except (ArtifactError, ValueError) as err:
+            raise click.ClickException(f"{file}: {err}") from None
+        section = art.plan.sections.get("vta")
+        if section is None:
+            raise click.ClickException(f"{file}: the artifact has no accelerator streams (its "
+                                       f"backends: {', '.join(art.manifest['backends'])})")
+        for line in listing(section, uops):
+            click.echo(line)
+        return
     data = file.read_bytes()
     try:
         lines = dis.format_uops(data, config) if uops else dis.disassemble(data, config)
@@ -176,19 +196,139 @@ def disasm(file: Path, config: HwConfig, uops: bool) -> None:
         click.echo(line)
 
 
-@main.command("demo")
-@click.option("--config", "config", type=CONFIG, default="default", show_default=True,
-              help="Hardware configuration (preset or JSON file).")
-@click.option("--save", type=click.Path(dir_okay=False), default=None,
-              help="Also save the run as an image that `vtakit sim` replays.")
-@click.option("--trace", type=click.Path(dir_okay=False), default=None,
-              help="Write a Perfetto / Chrome-trace timeline of the run.")
-def demo(config: HwConfig, save: str | None, trace: str | None) -> None:
-    """Run the built-in example on the simulated accelerator and check it against numpy."""
-    from vtakit.driver.demo import run_demo
+def _config_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A configuration kept as given (the compiler resolves it again), checked here so that an
+    unknown preset or a bad file is a usage error that lists the presets."""
+    resolve_config(value)
+    return value
 
-    if not run_demo(config, click.echo, save=save, trace=trace):
-        raise click.ClickException("the accelerator's outputs differ from numpy")
+
+def _progress(label: str, length: int) -> Any:
+    return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
+
+
+def _stage(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _run_compare(model: Path, *, config: str, device: str, data: Path | None,
+                 calib: Path | None, samples: int | None, seed: int, out: Path) -> Any:
+    """`vtakit.compare.compare` with progress on stderr; bad input becomes a one-line error."""
+    from vtakit.compare import compare
+
+    try:
+        return compare(model, config=config, device=device, data=data, calib=calib,
+                       samples=samples, seed=seed, out_dir=out, progress=_progress,
+                       log=_stage)
+    except (OSError, TypeError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _echo_files(report: Any) -> None:
+    what = {"report": "JSON report", "plot": "per-layer plot", "trace": "Perfetto trace"}
+    for key in ("report", "plot", "trace"):
+        if key in report.files:
+            click.echo(f"{what[key]:<14} {report.files[key]}")
+
+
+@main.command("compare")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--config", default="default", show_default=True, callback=_config_name,
+              metavar="CONFIG",
+              help="The accelerator's hardware configuration: a preset name or a JSON file.")
+@click.option("--device", type=click.Choice(["sim", "rtl"]), default="sim", show_default=True,
+              help="sim: the cycle-accurate simulator; rtl: the core's Verilog (Verilator).")
+@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="A .npz with x (inputs, N samples) and optionally y (labels). "
+                                 "Default: the digits model's test split, else random inputs.")
+@click.option("--calib", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Calibration data (.npz, .npy or a directory of .npy files). Default: the "
+                   "digits calibration set, else the first 64 samples of --data, else random.")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="Use the first N samples (default: all of the data; 32 random ones).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the random inputs (without --data).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("vtakit-compare"), show_default=True,
+              help="Folder for report.json, layers.png and trace.json.")
+def compare_cmd(model: Path, config: str, device: str, data: Path | None, calib: Path | None,
+                samples: int | None, seed: int, out: Path) -> None:
+    """fp32 on the CPU vs int8 on the CPU vs int8 on the accelerator: output agreement,
+    accuracy, latency, cycles, MAC utilisation, DRAM traffic and a per-layer breakdown (table,
+    PNG plot, JSON report, Perfetto trace). Exits with 1 if the accelerator's outputs differ
+    from the CPU's int8 outputs. See docs/compare.md."""
+    report = _run_compare(model, config=config, device=device, data=data, calib=calib,
+                          samples=samples, seed=seed, out=out)
+    click.echo(report.table())
+    click.echo("")
+    _echo_files(report)
+    if not report.ok:
+        raise click.ClickException(report.agreement_line())
+
+
+@main.command("demo")
+@click.option("--config", default="default", show_default=True, callback=_config_name,
+              metavar="CONFIG",
+              help="Hardware configuration (preset or JSON file).")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="Run the first N test images (default: all 360).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("vtakit-demo"), show_default=True,
+              help="Folder for the report, the plot and the trace.")
+@click.option("--layer", is_flag=True,
+              help="Instead, hand-tile one ResNet-18 convolution through the driver API, run it "
+                   "on the simulator and check it against numpy.")
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="With --layer (implied): also save the run as an image that `vtakit sim` "
+                   "replays.")
+@click.option("--trace", type=click.Path(dir_okay=False), default=None,
+              help="Write the Perfetto / Chrome-trace timeline here too (default: in --out; "
+                   "with --layer: none).")
+def demo(config: str, samples: int | None, out: Path, layer: bool, save: str | None,
+         trace: str | None) -> None:
+    """Run the built-in digits CNN on the CPU (fp32, int8) and on the simulated accelerator;
+    print accuracy, cycles and utilisation; write a report, a plot and a trace."""
+    if layer or save is not None:
+        from vtakit.driver.demo import run_demo
+
+        if not run_demo(resolve_config(config), click.echo, save=save, trace=trace):
+            raise click.ClickException("the accelerator's outputs differ from numpy")
+        return
+    import shutil
+
+    from vtakit import digits
+
+    cfg = resolve_config(config)
+    click.echo(f"vtakit demo: a CNN for 8x8 handwritten digits (vtakit.digits: 3 conv, max-pool, "
+               f"2 dense layers) on {samples or digits.TEST_SIZE} test images: fp32 and int8 on "
+               f"the CPU, int8 on the simulated accelerator ({config}: {cfg.batch}x"
+               f"{cfg.block_in}x{cfg.block_out} = {cfg.macs_per_cycle} MACs/cycle at "
+               f"{cfg.clock_mhz} MHz)")
+    report = _run_compare(digits.model_path(), config=config, device="sim", data=None,
+                          calib=None, samples=samples, seed=0, out=out)
+    if trace is not None and "trace" in report.files:
+        shutil.copyfile(report.files["trace"], trace)
+        report.files["trace"] = trace
+    acc = {b.name: b.accuracy for b in report.backends}
+    a = report.accelerator
+    click.echo("")
+    click.echo(f"accuracy on {report.samples} images: fp32 {100 * (acc['cpu-fp32'] or 0):.2f}%, "
+               f"int8-CPU {100 * (acc['cpu-int8'] or 0):.2f}%, accelerator "
+               f"{100 * (acc['vta'] or 0):.2f}%")
+    click.echo(report.agreement_line())
+    click.echo(f"accelerator: {a.cycles:,} cycles per image = {a.time_us:.1f} us at "
+               f"{a.clock_mhz:g} MHz; MAC utilisation {100 * (a.mac_utilisation or 0):.2f}% "
+               f"(useful {100 * a.useful_utilisation:.2f}%); the CPU: "
+               f"{report.backend('cpu-int8').latency_ms:.3f} ms int8, "
+               f"{report.backend('cpu-fp32').latency_ms:.3f} ms fp32 per image")
+    click.echo("")
+    click.echo(report.layer_table())
+    click.echo("")
+    _echo_files(report)
+    click.echo("the full comparison table: vtakit compare MODEL.onnx (docs/compare.md); the "
+               "hand-tiled layer: vtakit demo --layer")
+    if not report.ok:
+        raise click.ClickException(report.agreement_line())
 
 
 def _register_sim() -> None:
@@ -273,6 +413,11 @@ def _quant_options(mode_flag: str, *, calib_required: bool) -> Any:
 @click.option("--triple", default=None, metavar="TRIPLE",
               help="The CPU code's LLVM target triple: this machine by default, 'aarch64' "
                    "for 64-bit ARM Linux (cross-compiled).")
+@click.option("--config", "hw_config", default=None, metavar="NAME|FILE.json",
+              help="The accelerator's configuration (--target vta; same as --option "
+                   "config=...): a preset or a JSON file.")
+@click.option("--tuning-log", default=None, type=click.Path(dir_okay=False),
+              help="Schedules found by `vtakit tune` (--target vta).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Artifact to write (.vtak).")
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
@@ -280,9 +425,9 @@ def _quant_options(mode_flag: str, *, calib_required: bool) -> Any:
 @click.option("--quantize", is_flag=True, help="Quantise to int8 first (needs --calib).")
 @_quant_options("--quant-mode", calib_required=False)
 def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str | None,
-                output: Path, threads: int, batch_size: int, quantize: bool,
-                calib: Path | None, quant_mode: str, observer: str,
-                keep_float: tuple[str, ...]) -> None:
+                hw_config: str | None, tuning_log: str | None, output: Path, threads: int,
+                batch_size: int, quantize: bool, calib: Path | None, quant_mode: str,
+                observer: str, keep_float: tuple[str, ...]) -> None:
     """Compile an ONNX model into one artifact file (plan, weights, each backend's code)."""
     from vtakit.compiler.compile import compile_model
     from vtakit.compiler.errors import InvalidModelError, UnsupportedError
@@ -294,6 +439,14 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
         if quantize else None
 
     opts = _option_pairs(options)
+    for flag, key, value in (("--config", "config", hw_config),
+                             ("--tuning-log", "tuning_log", tuning_log)):
+        if value is None:
+            continue
+        if target != "vta":
+            raise click.BadParameter(f"{flag} is an option of --target vta (got --target "
+                                     f"{target})", param_hint=flag)
+        opts[key] = value
     cpu_opts: dict[str, object] | None = {"triple": triple} if triple is not None else None
     if target == "cpu" and cpu_opts:
         opts.update(cpu_opts)
@@ -355,20 +508,34 @@ def quantize_cmd(model: Path, calib: Path, output: Path, quant_mode: str, observ
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Save the outputs to this .npz.")
 @click.option("--threads", type=click.IntRange(min=1), default=None)
+@click.option("--device", type=click.Choice(["sim", "rtl"]), default=None,
+              help="Where an accelerator artifact (--target vta) runs its layers: sim (the "
+                   "cycle-accurate simulator, default) or rtl (the core's Verilog).")
 @click.option("--profile", is_flag=True, help="Print the time of every node.")
 def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, threads: int | None,
-            profile: bool) -> None:
-    """Run a compiled artifact on .npy inputs; print output shapes and a few values."""
+            device: str | None, profile: bool) -> None:
+    """Run a compiled artifact on .npy inputs; print output shapes and a few values (and the
+    accelerator's cycles)."""
     import numpy as np
 
-    from vtakit.runtime.artifact import ArtifactError
-    from vtakit.runtime.session import InferenceSession
+    from vtakit.runtime.artifact import Artifact, ArtifactError
+    from vtakit.runtime.executor import GraphExecutor
 
     try:
-        sess = InferenceSession(artifact, threads=threads)
+        art = Artifact.load(artifact)
     except ArtifactError as err:
         raise click.ClickException(str(err)) from None
-    names = [i.name for i in sess.get_inputs()]
+    on_vta = "vta" in art.plan.backends
+    if device is not None and not on_vta:
+        raise click.BadParameter(f"{device!r}: {artifact} runs on {art.plan.backends} only; "
+                                 f"--device applies to an artifact compiled with --target vta",
+                                 param_hint="--device")
+    try:
+        ex = GraphExecutor(art, threads, runner_options={"vta": {"device": device}}
+                           if device is not None else None)
+    except (TypeError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    names = ex.input_names
     feeds = {}
     for k, spec in enumerate(inputs):
         name, _, path = spec.rpartition("=") if "=" in spec else (None, "", spec)
@@ -378,16 +545,39 @@ def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, thread
                                          f"{len(names)} ({names})")
             name = names[k]
         feeds[name] = np.load(path)
+    missing = [n for n in names if n not in feeds]
+    unknown = [n for n in feeds if n not in names]
+    if missing or unknown:
+        raise click.BadParameter(f"inputs: missing {missing}, unknown {unknown}; expected "
+                                 f"{names}", param_hint="--input")
     try:
-        outs = sess.run(None, feeds)
+        _run_artifact(ex, feeds, output, profile, device or "sim" if on_vta else None)
+    finally:
+        ex.close()
+
+
+def _run_artifact(ex: Any, feeds: dict[str, Any], output: Path | None, profile: bool,
+                  device: str | None) -> None:
+    import numpy as np
+
+    try:
+        for name, x in feeds.items():
+            ex.set_input(name, x)
+        ex.run()
     except (TypeError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    for o, y in zip(sess.get_outputs(), outs):
+    outs = [ex.get_output(k) for k in range(len(ex.output_names))]
+    for name, y in zip(ex.output_names, outs):
         flat = y.reshape(-1)[:5]
-        click.echo(f"{o.name}: {y.dtype}{list(y.shape)} {np.array2string(flat, precision=4)}")
+        click.echo(f"{name}: {y.dtype}{list(y.shape)} {np.array2string(flat, precision=4)}")
+    if device is not None:
+        cfg = ex.runners["vta"].cfg
+        cycles = sum(r.cycles for r in ex.runners["vta"].last_runs if r is not None)
+        click.echo(f"vta ({device}): {cycles:,} cycles = {cycles / cfg.clock_mhz:.1f} us at "
+                   f"{cfg.clock_mhz} MHz")
     if output is not None:
-        np.savez(output, **{o.name: y for o, y in zip(sess.get_outputs(), outs)})
+        np.savez(output, **dict(zip(ex.output_names, outs)))
         click.echo(f"wrote {output}")
     if profile:
-        for name, op, backend, ms in sess.executor.profile():
+        for name, op, backend, ms in ex.profile():
             click.echo(f"{ms:9.3f} ms  {backend:5s} {op:18s} {name}")
