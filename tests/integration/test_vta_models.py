@@ -108,3 +108,37 @@ def test_mobilenet_v2_bit_exact():
     why = plan.sections["vta"].meta["cpu_fallback"]
     assert why and all("group=" in r for r in why.values())
     _same(ec, ev, _random_inputs(m, 1, 1))
+
+
+@pytest.mark.parametrize("name", ["digits", "lenet"])
+def test_onnxruntime_quantised_qdq_model_bit_exact(name, tmp_path):
+    """A model quantised by onnxruntime (QDQ, int8 per-channel weights, symmetric int8
+    activations, so zero points are 0) imports as the same integer graph; the accelerator
+    equals the CPU-int8 path on it."""
+    import onnx
+
+    ort = pytest.importorskip("onnxruntime.quantization", reason="pip install 'vtakit[dev]'")
+    model = digits.load_model() if name == "digits" else models.lenet()
+    calib = digits.calibration_set()[:16] if name == "digits" else _random_inputs(model, 4, 0)
+    src, out = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, src)
+    input_name = model.graph.input[0].name
+
+    class Reader(ort.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.samples = iter([{input_name: x[None] if x.ndim == 3 else x} for x in calib])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    ort.quantize_static(str(src), str(out), Reader(), quant_format=ort.QuantFormat.QDQ,
+                        activation_type=ort.QuantType.QInt8, weight_type=ort.QuantType.QInt8,
+                        per_channel=True, extra_options={"ActivationSymmetric": True})
+    qdq = onnx.load(out)
+    cpu = GraphExecutor(lower_model(qdq, target="cpu"))
+    plan = lower_model(qdq, target="vta")
+    vta = GraphExecutor(plan)
+    kinds = {lm["kind"] for r in plan.sections["vta"].meta["regions"] for lm in r["layers"]}
+    assert {"conv2d", "dense"} <= kinds
+    xs = [x[None] if x.ndim == 3 else x for x in calib[:3]]
+    _same(cpu, vta, xs)

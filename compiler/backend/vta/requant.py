@@ -47,6 +47,10 @@ class RequantProgram:
         return int(self.table.shape[1])
 
 
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    return (v.astype(np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
 def requant_program(a: RequantAttrs, bias: np.ndarray | None, channels: int,
                     cfg: HwConfig) -> RequantProgram:
     """The ALU steps of ``requantize(x, bias, a)`` over `channels` output channels (padded to
@@ -71,22 +75,25 @@ def requant_program(a: RequantAttrs, bias: np.ndarray | None, channels: int,
         rows.append(v)
         steps.append(AluStep(op, row=len(rows) - 1))
 
-    if bias is not None:
-        b = per_channel(bias, 0)
+    b = per_channel(bias, 0) if bias is not None else np.zeros(cp, np.int64)
+    clamp = np.asarray(getattr(a, "clamp", ()) or (0,), np.int64)
+    m = per_channel(a.multiplier, 0)
+    s = per_channel(a.shift, 0)
+    rnd = np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
+    if clamp.any():
         if b.any():
             step(isa.AluOp.ADD, b, channels)
-    clamp = np.asarray(getattr(a, "clamp", ()) or (0,), np.int64)
-    if clamp.any():
         c = per_channel(clamp, 0)
         step(isa.AluOp.MIN, np.where(c > 0, c, INT32_MAX), channels)
         step(isa.AluOp.MAX, np.where(c > 0, -c, INT32_MIN), channels)
-    m = per_channel(a.multiplier, 0)
+        b = np.zeros(cp, np.int64)
     if not (m[:channels] == 1).all():
         step(isa.AluOp.MUL, m, channels)
-    s = per_channel(a.shift, 0)
-    rnd = np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
-    if rnd.any():
-        step(isa.AluOp.ADD, rnd, channels)
+    # (x + b) * m + r == x * m + (b * m + r) in 32-bit wrap-around arithmetic: without a clamp
+    # between them, the bias joins the rounding constant and one ADD does both
+    offset = _wrap32(b * m + rnd)
+    if offset.any():
+        step(isa.AluOp.ADD, offset, channels)
     if s.any():
         step(isa.AluOp.SHR, s, channels)
     if a.zero_point:
