@@ -34,16 +34,20 @@ Multipliers and the shift come from `requant.choose` in fixed mode on the real m
 (``x_scale * w_scale[c] / y_scale``) and the worst-case accumulator ``max |acc + bias|`` over
 every input the types allow, zero points included (``|x - x_zp| <= 255`` for int8 and uint8
 alike; with constant weights the bound is exact, see `_Rewrite.acc_bound`), so no input
-overflows int32. Weights written in float with their own QuantizeLinear (PyTorch) are quantised
+overflows int32; where that bound would cost multiplier bits, REQUANTIZE's clamp saturates the
+accumulator first at the magnitude past which the output is ``lo`` or ``hi`` anyway (exact: it
+changes no result). Weights written in float with their own QuantizeLinear (PyTorch) are quantised
 here. Everything else stays as imported: the float op between its DQ and Q nodes, which is also
 what happens to a quantised op of a form not listed (e.g. weights that are not DequantizeLinear
 outputs, an AveragePool with partial windows).
 
 **Where we differ from onnxruntime.** ORT requantises in float: ``nearbyint(acc * (x_scale *
 w_scale / y_scale)) + y_zp`` with a float32 multiplier, rounding half to even. We use a
-fixed-point multiplier ``m / 2**s`` (at most 15 significant bits, fewer when the worst-case
-accumulator is large) and round half up (``+ 2**(s-1)`` then ``>> s``), the only arithmetic the
-accelerator's ALU has. The two agree except where ``acc * multiplier`` lies within the
+fixed-point multiplier ``m / 2**s`` and round half up (``+ 2**(s-1)`` then ``>> s``), the only
+arithmetic the accelerator's ALU has. ``m`` has at most 15 significant bits (the ALU's
+immediate), fewer in a channel whose multiplier is small against its layer's largest (one shift
+per layer) and where ``|m| * clamp``, about ``(hi - lo) * 2**s``, reaches int32 (``s <= 23``
+for uint8 outputs). The two agree except where ``acc * multiplier`` lies within the
 multiplier's relative error of a rounding boundary (or exactly on one, for the tie rule): those
 outputs differ by one step, and the difference propagates through later layers, mostly as
 further one-step differences. Quantised Add, average pools and rescales differ the same way.
@@ -269,14 +273,14 @@ class _Rewrite:
                    bound: np.ndarray, axis: int, y: _Q, lo: int, hi: int, f: Node,
                    name: str) -> Node:
         try:
-            rq = R.choose(real, bound, "fixed")
+            rq = R.choose(real, bound, "fixed", out_range=(lo, hi), zero_point=y.z)
         except R.RequantError as e:
             raise self.fail(f, f"cannot requantise within int32: {e}") from None
         src = [acc]
         if bias is not None and np.any(bias):
             src.append(const(bias.astype(np.int32), f"{f.name}:bias"))
         return _mk(Op.REQUANTIZE, *src, attrs=o.RequantAttrs(rq.multiplier, (rq.shift,), axis,
-                                                             lo, hi, y.z),
+                                                             lo, hi, y.z, rq.clamp),
                    dtype=y.dtype, name=name)
 
     def rescale(self, x: _Q, y: _Q, lo: int, hi: int, f: Node, name: str) -> Node | None:

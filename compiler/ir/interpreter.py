@@ -779,6 +779,9 @@ def requantize(x: np.ndarray, bias: np.ndarray | None, a: o.RequantAttrs,
     t = x.astype(np.int64)
     if bias is not None:
         t = _wrap32(t + bias.astype(np.int64).reshape(shape))
+    if any(a.clamp):
+        c = per_channel(a.clamp)
+        t = np.where(c > 0, np.clip(t, -c, c), t)
     t = _wrap32(t * per_channel(a.multiplier))
     s = per_channel(a.shift)
     t = _wrap32(t + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0))

@@ -397,6 +397,7 @@ class RequantAttrs(Attrs):
     one value apply to every element)::
 
         t = x (+ bias[c])                     the optional int32 operand of shape (C,)
+        t = min(max(t, -clamp[c]), clamp[c])  when clamp[c] > 0 (0: no clamp)
         t = t * multiplier[c]                 low 32 bits of the product
         t = t + (1 << (shift[c] - 1))         when shift[c] > 0: round half up (toward +inf)
         t = t >> shift[c]                     arithmetic
@@ -406,6 +407,14 @@ class RequantAttrs(Attrs):
     y ≈ (x + bias) * multiplier / 2**shift: a real scale written as a fixed-point multiplier
     (``multiplier`` = 1 for a power-of-two scale). Example: scale 0.0123 with shift 20 is
     multiplier round(0.0123 * 2**20) = 12897; x = 1000 gives (12897000 + 2**19) >> 20 = 12.
+
+    ``clamp`` saturates the accumulator before the multiply. The quantisers set it where every
+    larger magnitude gives ``lo`` or ``hi`` anyway, so that it changes no result of the exact
+    arithmetic but bounds the product: the multiplier keeps its bits without the product
+    leaving int32 (see `quantize.requant`). Example: multiplier 12897, shift 20, into [-128,
+    127]: clamp 10407 = ceil(128 * 2**20 / 12897), since x = 10407 already gives 128 → 127 and
+    x = -10407 gives -128; x = 10**6 gives 127 as the exact product would, where without the
+    clamp 10**6 * 12897 wraps int32.
     """
 
     multiplier: tuple[int, ...]
@@ -414,6 +423,7 @@ class RequantAttrs(Attrs):
     lo: int
     hi: int
     zero_point: int = 0
+    clamp: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,13 +36,16 @@ class QuantOptions:
     scales, VTA's); observer: for activations (weights always use min/max per channel);
     keep_float: node names to leave in float; min_sqnr_db: layers whose int8 output is worse
     than this against fp32 on the calibration data are kept in float (None: keep none);
-    report_samples: calibration samples used for the report."""
+    report_samples: calibration samples used for the report; clamp: saturate each
+    accumulator before the multiply so that multipliers keep 15 bits (exact; off by default,
+    see `requant.choose`)."""
 
     mode: str = "fixed"
     observer: str = "mse"
     keep_float: tuple[str, ...] = ()
     min_sqnr_db: float | None = None
     report_samples: int = 4
+    clamp: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -102,13 +105,13 @@ def quantize_graph(g: Graph, calib: Any, options: QuantOptions = QuantOptions(),
         raise ValueError(f"keep_float names {unknown}, which are not nodes of the graph "
                          f"(e.g. {sorted(n.name for n in g.nodes if n.op is Op.CONV)[:5]})")
     keep = frozenset(options.keep_float)
-    rw = Rewriter(g, thresholds, options.mode, keep)
+    rw = Rewriter(g, thresholds, options.mode, keep, options.clamp)
     qg = verify(rw.run())
     report = _report(g, qg, rw, samples[:options.report_samples])
     if options.min_sqnr_db is not None:
         bad = [k for k, v in report.sqnr_db.items() if v < options.min_sqnr_db]
         if bad:
-            rw = Rewriter(g, thresholds, options.mode, keep | frozenset(bad))
+            rw = Rewriter(g, thresholds, options.mode, keep | frozenset(bad), options.clamp)
             qg = verify(rw.run())
             report = _report(g, qg, rw, samples[:options.report_samples])
             report.kept_for_loss = bad

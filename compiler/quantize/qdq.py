@@ -27,7 +27,7 @@ weight scale (Add, GlobalAveragePool, MatMul of two activations), which onnxrunt
 with the float scale ratio and we with `requant.choose`'s fixed-point one; see `frontend.qdq`.
 Imported again by `frontend.import_onnx`, it gives the same integers as the integer graph: the
 importer finds the same multipliers (or ``m * 2**k`` with shift ``s + k``, which computes the
-same).
+same; the REQUANTIZE clamps, its own or ours, change no result, so they need nothing here).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class LayerReport:
     shift: int | None = None
     multipliers: int = 0
     rel_error: float = 0.0
-    worst_case: int = 0  # max |m| * bound + rounding: the proven int32 headroom used
+    worst_case: int = 0  # max |m| * min(bound, clamp) + rounding: the proven int32 headroom used
 
 
 @dataclass
@@ -68,6 +68,7 @@ class Rewriter:
     thresholds: Mapping[int, float]
     mode: str = "fixed"
     keep_float: frozenset[str] = frozenset()
+    clamp: bool = False  # saturate before the multiply (see requant.choose)
     layers: list[LayerReport] = field(default_factory=list)
     # id(float node) -> (int8 node, scale) and -> float node in the new graph
     q: dict[int, tuple[Node, float]] = field(default_factory=dict)
@@ -169,12 +170,13 @@ class Rewriter:
     def requantize(self, acc: Node, bias_q: np.ndarray | None, real: np.ndarray,
                    bound: np.ndarray, axis: int, lo: int, hi: int, name: str,
                    report: LayerReport) -> Node:
-        rq = R.choose(real, bound, self.mode)
+        rq = R.choose(real, bound, self.mode, out_range=(lo, hi), clamp=self.clamp)
         shift = (rq.shift,)
         src = (acc,) if bias_q is None else (acc, const(bias_q.astype(np.int32), f"{name}:bias"))
         report.mode, report.shift, report.multipliers = self.mode, rq.shift, len(rq.multiplier)
         report.rel_error, report.worst_case = rq.rel_error, rq.worst_case
-        return mk(Op.REQUANTIZE, *src, attrs=o.RequantAttrs(rq.multiplier, shift, axis, lo, hi),
+        return mk(Op.REQUANTIZE, *src, attrs=o.RequantAttrs(rq.multiplier, shift, axis, lo, hi,
+                                                            clamp=rq.clamp),
                   dtype=DType.INT8, name=name)
 
     def weights(self, w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:

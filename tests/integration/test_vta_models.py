@@ -142,3 +142,15 @@ def test_onnxruntime_quantised_qdq_model_bit_exact(name, tmp_path):
     assert {"conv2d", "dense"} <= kinds
     xs = [x[None] if x.ndim == 3 else x for x in calib[:3]]
     _same(cpu, vta, xs)
+
+
+def test_clamped_requantisation_is_bit_exact_too():
+    """QuantOptions(clamp=True): the pre-multiply saturation runs as MIN/MAX with tensor rows."""
+    from vtakit.compiler.quantize import QuantOptions
+
+    m = models.lenet()
+    calib = _random_inputs(m, 4, 0)
+    q = QuantOptions(clamp=True)
+    cpu = lower_model(m, target="cpu", quantize=q, calib=calib)
+    vta = lower_model(m, target="vta", quantize=q, calib=calib)
+    _same(GraphExecutor(cpu), GraphExecutor(vta), _random_inputs(m, 2, 1))

@@ -43,9 +43,12 @@ def _wrap(v: int) -> int:
     return (v + (1 << 31)) % (1 << 32) - (1 << 31)
 
 
-def _emulated(v: int, b: int, m: int, s: int, lo: int, hi: int) -> int:
-    """The ALU sequence on Python ints with explicit 32-bit wrap: ADD, MUL, ADD, SHR, MAX, MIN."""
+def _emulated(v: int, b: int, m: int, s: int, lo: int, hi: int, clamp: int = 0) -> int:
+    """The ALU sequence on Python ints with explicit 32-bit wrap: ADD, (MAX, MIN,) MUL, ADD,
+    SHR, MAX, MIN."""
     t = _wrap(v + b)
+    if clamp:
+        t = min(max(t, -clamp), clamp)
     t = _wrap(t * m)
     if s:
         t = _wrap(t + (1 << (s - 1)))
@@ -70,13 +73,33 @@ def test_matches_the_exact_rational_reference_when_nothing_overflows(m: int, s: 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(I32_MIN, I32_MAX), min_size=1, max_size=12),
-       st.integers(I32_MIN, I32_MAX), st.integers(-(1 << 15), 1 << 15), st.integers(0, 31))
-def test_overflow_wraps_like_the_32_bit_alu(xs, b, m, s) -> None:
-    a = RequantAttrs((m,), (s,), 0, I32_MIN, I32_MAX)
+       st.integers(I32_MIN, I32_MAX), st.integers(-(1 << 15), 1 << 15), st.integers(0, 31),
+       st.one_of(st.just(0), st.integers(1, I32_MAX)))
+def test_overflow_wraps_like_the_32_bit_alu(xs, b, m, s, clamp) -> None:
+    a = RequantAttrs((m,), (s,), 0, I32_MIN, I32_MAX, clamp=(clamp,))
     x = np.array(xs, np.int32)
     node = _requant(_input("x", x.shape), a, DType.INT32, np.full(len(xs), b))
     got = run(Graph((node.src[0],), (node,), ("y",)), {"x": x})["y"]
-    assert got.tolist() == [_emulated(v, b, m, s, I32_MIN, I32_MAX) for v in xs]
+    assert got.tolist() == [_emulated(v, b, m, s, I32_MIN, I32_MAX, clamp) for v in xs]
+
+
+def test_the_clamp_saturates_before_the_multiply() -> None:
+    # the docstring's example: multiplier 12897, shift 20, clamp 10407 into [-128, 127]
+    a = RequantAttrs((12897,), (20,), 0, -128, 127, clamp=(10407,))
+    x = np.array([10407, -10407, 10**6, -10**6, 1000, 10406], np.int32)
+    node = _requant(_input("x", x.shape), a, DType.INT8)
+    g = Graph((node.src[0],), (node,), ("y",))
+    assert run(g, {"x": x})["y"].tolist() == [127, -128, 127, -128, 12, 127]
+    # without it, 10**6 * 12897 wraps int32
+    plain = _requant(_input("x", x.shape), RequantAttrs((12897,), (20,), 0, -128, 127),
+                     DType.INT8)
+    assert run(Graph((plain.src[0],), (plain,), ("y",)), {"x": x})["y"].tolist()[2] != 127
+    # per channel, 0: none on that channel
+    a = RequantAttrs((1,), (0,), 0, I32_MIN, I32_MAX, clamp=(5, 0))
+    x2 = np.array([[100, 100], [-100, -100]], np.int32).T
+    node = _requant(_input("x", (2, 2)), a, DType.INT32)
+    assert run(Graph((node.src[0],), (node,), ("y",)), {"x": x2})["y"].tolist() == [
+        [5, -5], [100, -100]]
 
 
 def test_worked_example_of_the_docstring() -> None:
@@ -102,7 +125,10 @@ def test_cpu_backend_equals_the_interpreter_bit_for_bit(out: DType, axis: int) -
     lo, hi = (0, 100) if out is not DType.INT32 else (int(info.min), int(info.max))
     bias = rng.integers(-(1 << 20), 1 << 20, ch).astype(np.int32)
     zp = 3 if out is not DType.INT32 else 0
+    clamp = tuple(int(v) for v in rng.integers(0, 1 << 20, ch))
     for a, b in [(RequantAttrs(mult, shift, axis, lo, hi, zp), bias),
+                 (RequantAttrs(mult, shift, axis, lo, hi, zp, clamp), bias),
+                 (RequantAttrs((77,), (9,), axis, lo, hi, clamp=(30000,)), None),
                  (RequantAttrs((77,), (9,), axis, lo, hi), None),
                  (RequantAttrs((1,), (0,), axis, lo, hi), None)]:
         node = _requant(_input("x", shape), a, out, b)
@@ -124,6 +150,10 @@ def test_cpu_backend_equals_the_interpreter_bit_for_bit(out: DType, axis: int) -
      r"multiplier has 2 values, expected 1 or 4 \(the size of axis 0\)"),
     (RequantAttrs((1,), (32,), 0, -128, 127), DType.INT32, DType.INT8, None,
      r"shifts must be in 0..31, got \[32\]"),
+    (RequantAttrs((1,), (0,), 0, -128, 127, clamp=(-1,)), DType.INT32, DType.INT8, None,
+     r"clamps must be in 0..2\*\*31-1 \(0: none\), got \[-1\]"),
+    (RequantAttrs((1,), (0,), 0, -128, 127, clamp=(1, 2)), DType.INT32, DType.INT8, None,
+     r"clamp has 2 values, expected 1 or 4 \(the size of axis 0\)"),
     (RequantAttrs((1,), (0,), 0, -129, 127), DType.INT32, DType.INT8, None,
      r"bounds \[-129, 127\] are not an interval within i8's \[-128, 127\]"),
     (RequantAttrs((1,), (0,), 0, 0, 255), DType.INT32, DType.INT8, None,

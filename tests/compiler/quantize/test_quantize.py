@@ -57,7 +57,8 @@ def test_integer_graph_is_bit_identical_on_the_cpu_backend(name: str, shape, mod
 
 def test_requantize_parameters_cannot_overflow_for_any_input() -> None:
     # The worst accumulator of each channel (every input at +-128, signs matching the weights)
-    # plus the bias, times the multiplier, plus the rounding term, stays inside int32.
+    # plus the bias, saturated to the clamp where there is one, times the multiplier, plus the
+    # rounding term, stays inside int32.
     g = import_onnx(models.lenet())
     rng = np.random.default_rng(1)
     qg, _ = quantize_graph(g, [rng.standard_normal((1, 1, 28, 28)).astype(np.float32)],
@@ -72,7 +73,10 @@ def test_requantize_parameters_cannot_overflow_for_any_input() -> None:
         bias = np.abs(n.src[1].value.astype(np.int64)) if len(n.src) > 1 else 0
         m = np.broadcast_to(np.asarray(n.attrs.multiplier, np.int64), per_channel.shape)
         s = n.attrs.shift[0]
-        assert np.all(np.abs(m) * (128 * per_channel + bias) + (1 << s >> 1) < (1 << 31))
+        acc = 128 * per_channel + bias
+        clamp = np.broadcast_to(np.asarray(n.attrs.clamp, np.int64), per_channel.shape)
+        acc = np.where(clamp > 0, np.minimum(acc, clamp), acc)
+        assert np.all(np.abs(m) * acc + (1 << s >> 1) < (1 << 31))
         assert np.all(np.abs(m) <= R.IMM_MAX)
         checked += 1
     assert checked == 5
@@ -92,6 +96,80 @@ def test_choose_proves_the_bound(real: list[float], bound: int) -> None:
     if rq.shift < 31:
         m2 = np.round(np.asarray(real) * (1 << (rq.shift + 1)))
         assert m2.max() > R.IMM_MAX or m2.max() * bound + (1 << rq.shift) >= (1 << 31)
+
+
+def _unclamped(t: int, m: int, s: int, lo: int, hi: int, zp: int) -> int:
+    """REQUANTIZE without the clamp in arbitrary precision (Python ints: nothing wraps)."""
+    return min(max(((t * m + (1 << s >> 1)) >> s) + zp, lo), hi)
+
+
+@st.composite
+def _out_range(draw) -> tuple[int, int, int]:
+    """(lo, hi, zero point) of an int8 or uint8 output, ReLU-like bounds included."""
+    tlo, thi = draw(st.sampled_from([(-128, 127), (0, 255)]))
+    lo = draw(st.integers(tlo, thi))
+    return lo, draw(st.integers(lo, thi)), draw(st.integers(tlo, thi))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.floats(1e-6, 2.0), min_size=1, max_size=6),
+       st.lists(st.integers(1, (1 << 31) - 1), min_size=6, max_size=6), _out_range(),
+       st.integers(0, 1 << 30))
+def test_the_clamp_changes_no_result(real, bounds, out, seed) -> None:
+    # The int32 REQUANTIZE with the chosen clamp equals the unclamped arithmetic in arbitrary
+    # precision for every |acc + bias| <= bound, tested at the clamp, next to it, at the bound
+    # and at random; and the product never leaves int32.
+    from vtakit.compiler.ir import ops as o
+    from vtakit.compiler.ir.interpreter import requantize
+
+    lo, hi, zp = out
+    bound = np.array(bounds[:len(real)], np.int64)
+    try:
+        rq = R.choose(real, bound, out_range=(lo, hi), zero_point=zp, clamp=True)
+    except R.RequantError:
+        return  # no shift fits: nothing is emitted
+    n = len(real)
+    m = np.broadcast_to(np.asarray(rq.multiplier, np.int64), (n,))
+    clamp = np.broadcast_to(np.asarray(rq.clamp, np.int64), (n,))
+    eff = np.where(clamp > 0, np.minimum(clamp, bound), bound)
+    assert rq.worst_case == int((m * eff).max()) + (1 << rq.shift >> 1) < (1 << 31)
+    assert int(m.max()) <= R.IMM_MAX
+    if rq.shift < 31:  # as precise as the limits allow: one more shift would break one
+        s2 = rq.shift + 1
+        m2 = np.round(np.asarray(real) * (1 << s2)).astype(np.int64)
+        a2 = R.clamps(m2, bound, s2, max(hi - zp, zp - lo))
+        assert m2.max() > R.IMM_MAX or int((m2 * a2).max()) + (1 << rq.shift) >= (1 << 31) \
+            or (int((m2 * a2).max()) + (1 << rq.shift)) >> s2 >= (1 << 31) - 1 - abs(zp)
+    rng = np.random.default_rng(seed)
+    cols = []
+    for c in range(n):
+        a = int(clamp[c]) or int(bound[c])
+        pts = {0, 1, -1, a, a - 1, a + 1, 2 * a, int(bound[c])}
+        pts |= set(rng.integers(-bound[c], bound[c], 24, endpoint=True).tolist())
+        pts = sorted({v for p in pts for v in (p, -p) if abs(v) <= bound[c]})
+        cols.append(np.resize(np.array(pts, np.int64), 64))
+    t = np.stack(cols, 1)
+    a = o.RequantAttrs(rq.multiplier, (rq.shift,), 1, lo, hi, zp, rq.clamp)
+    got = requantize(t.astype(np.int32), None, a, np.dtype(np.int32))
+    want = np.vectorize(lambda v, c: _unclamped(int(v), int(m[c]), rq.shift, lo, hi, zp))(
+        t, np.arange(n)[None, :])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_clamp_keeps_the_multiplier_bits() -> None:
+    # A 1x1 convolution over 960 channels: accumulators up to 2**22. Unclamped, the proof
+    # leaves 8- and 9-bit multipliers (shift 17); with uint8 outputs [0, 255] and the clamp,
+    # shift 23 and 14- and 15-bit ones (the product is then at most about 255 * 2**23).
+    real, bound = [1e-3, 2e-3], [1 << 22, 1 << 22]
+    plain = R.choose(real, bound)
+    rq = R.choose(real, bound, out_range=(0, 255), clamp=True)
+    assert (plain.shift, plain.clamp, plain.multiplier) == (17, (0,), (131, 262))
+    assert (rq.shift, rq.multiplier) == (23, (8389, 16777))
+    assert rq.clamp == (254989, 127502)  # ceil(255 * 2**23 / m)
+    assert rq.rel_error < plain.rel_error / 10
+    # A clamp only where it buys bits: a narrow layer, or an int32 output, has none.
+    assert R.choose(real, [1000, 1000], out_range=(-128, 127), clamp=True).clamp == (0,)
+    assert R.choose(real, bound, out_range=(-(1 << 31), (1 << 31) - 1), clamp=True).clamp == (0,)
 
 
 def test_choose_errors() -> None:

@@ -472,14 +472,16 @@ def window_module(g: object, kind: str, act: str) -> ir.Module:
 
 # -- the int8 depthwise convolution with the requantisation fused ---------------------------------
 
-def depthwise_s8_module(g: ConvGeom, out_bits: int) -> ir.Module:
-    """``depthwise_s8(x, w, bias, mult, shift, y, c0, c1, lo, hi)``: channels [c0, c1) of one
-    image of the int8 depthwise convolution (`g` a `ConvGeom` of one channel's image; ``x``
-    int8 [C, H, W], ``w`` int8 [C, KH*KW]) requantised as REQUANTIZE does (`ops.RequantAttrs`,
-    zero point 0): per channel c, with int32 ``bias``, ``mult`` and ``shift`` (0..31) arrays
-    of C values, ``y = min(max((acc + bias[c]) * mult[c] + rnd >> shift[c], lo), hi)`` in 32-bit
-    wrap-around arithmetic, ``rnd = 1 << (shift[c] - 1)`` (0 for shift 0), stored as int8
-    (`out_bits` 8; also uint8 output whose bounds lie within int8) or int32 (32).
+def depthwise_s8_module(g: ConvGeom, out_bits: int, clamp: bool = False) -> ir.Module:
+    """``depthwise_s8(x, w, bias, mult, shift, clamp_lo, clamp_hi, y, c0, c1, lo, hi)``:
+    channels [c0, c1) of one image of the int8 depthwise convolution (`g` a `ConvGeom` of one
+    channel's image; ``x`` int8 [C, H, W], ``w`` int8 [C, KH*KW]) requantised as REQUANTIZE
+    does (`ops.RequantAttrs`, zero point 0): per channel c, with int32 arrays of C values,
+    ``t = acc + bias[c]``, with `clamp` saturated to ``[clamp_lo[c], clamp_hi[c]]``
+    (`gemm.clamp_bounds`; without it those arrays are not read), then ``y = min(max(t *
+    mult[c] + rnd >> shift[c], lo), hi)`` in 32-bit wrap-around arithmetic, ``rnd = 1 <<
+    (shift[c] - 1)`` (0 for shift 0), stored as int8 (`out_bits` 8; also uint8 output whose
+    bounds lie within int8) or int32 (32).
 
     The walk of `window_module`: output rows in chunks of `VW` columns, one masked load of
     ``VW * sw`` bytes per tap (masked-off lanes are the zero padding), every ``sw``-th byte kept
@@ -500,11 +502,12 @@ def depthwise_s8_module(g: ConvGeom, out_bits: int) -> ir.Module:
     n = VW * sw  # bytes loaded per tap
     chunks = -(-ow // VW)
     m = ir.Module(name=f"depthwise_s8_{h}x{w}_k{kh}x{kw}_s{sh}x{sw}_p{ph}x{pw}_d{dh}x{dw}"
-                       f"_o{out_bits}")
+                       f"_o{out_bits}{'_clamp' if clamp else ''}")
     fn, b = U.new_function(m, "depthwise_s8", [
         ("x", U.PTR), ("w", U.PTR), ("bias", U.PTR), ("mult", U.PTR), ("shift", U.PTR),
-        ("y", U.PTR), ("c0", U.I64), ("c1", U.I64), ("lo", U.I64), ("hi", U.I64)])
-    x, wp, bias, mult, shift, y, c0, c1, lo, hi = fn.args
+        ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("y", U.PTR), ("c0", U.I64), ("c1", U.I64),
+        ("lo", U.I64), ("hi", U.I64)])
+    x, wp, bias, mult, shift, clamp_lo, clamp_hi, y, c0, c1, lo, hi = fn.args
     v16, v32 = U.vec(U.I16, VW), U.vec(U.I32, VW)
     ot = U.I8 if out_bits == 8 else U.I32
     lo_v, hi_v = U.splat(b, b.trunc(lo, U.I32), VW), U.splat(b, b.trunc(hi, U.I32), VW)
@@ -524,6 +527,8 @@ def depthwise_s8_module(g: ConvGeom, out_bits: int) -> ir.Module:
         mul_v = U.splat(b, U.load(b, U.I32, mult, ch), VW)
         rnd_v = U.splat(b, b.lshr(b.shl(one, s), one), VW)  # 1 << (s - 1), or 0 for s == 0
         s_v = U.splat(b, s, VW)
+        sat = [U.splat(b, U.load(b, U.I32, p, ch), VW) for p in (clamp_lo, clamp_hi)] \
+            if clamp else []
         taps = [[b.sext(U.load(b, U.I8, wp, b.add(b.mul(ch, U.i64(kh * kw)), U.i64(i * kw + j))),
                         U.I16) for j in range(kw)] for i in range(kh)]
         xc = b.mul(ch, U.i64(h * w))
@@ -563,6 +568,9 @@ def depthwise_s8_module(g: ConvGeom, out_bits: int) -> ir.Module:
                                                                      zip2), wpairs[p]))
                 if len(order) % 2:
                     acc = b.add(acc, b.sext(b.mul(xs[-1], tw[-1]), v32))  # |x * w| <= 2**14
+                if sat:
+                    acc = G._ivec_intrinsic(b, "smin", G._ivec_intrinsic(b, "smax", acc, sat[0]),
+                                            sat[1])
                 t = b.ashr(b.add(b.mul(acc, mul_v), rnd_v), s_v)
                 t = G._ivec_intrinsic(b, "smin", G._ivec_intrinsic(b, "smax", t, lo_v), hi_v)
                 if out_bits == 8:

@@ -38,7 +38,9 @@ the same integers as the accelerator's int32 ALU, at ``vpdpbusd`` speed:
 * The micro-kernel keeps an ``MR × NR`` int32 tile in ``MR*NR/16`` registers over the whole of
   K (no K blocking: int8 output cannot hold partial sums), then the epilogue on 16 outputs at a
   time with per-channel parameters as vectors (weights "b") or broadcasts (weights "a"): bias,
-  multiply, rounding shift (per-lane ``vpsravd``), clamp, narrow.
+  saturation to the per-channel clamp (``smax`` / ``smin``; only in the variant built with
+  `clamp`, for layers that have one), multiply, rounding shift (per-lane ``vpsravd``), clamp,
+  narrow.
 * `vnni=False` builds the same kernel from plain vector IR (byte extraction and int32
   multiply-adds) for hosts without AVX-512 VNNI and for cross-compilation (aarch64).
 
@@ -53,7 +55,7 @@ import ctypes
 import functools
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import llvmlite.ir as ir
 import numpy as np
@@ -579,12 +581,14 @@ def _masked_store(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, mask: ir.Value) -
 
 
 def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: int,
-                vnni: bool) -> ir.Function:
-    """ukernel_s8(k4, a, b, c, ldc, mrem, nrem, bias, mult, shift, lo, hi): one MR×NR tile.
+                vnni: bool, clamp: bool) -> ir.Function:
+    """ukernel_s8(k4, a, b, c, ldc, mrem, nrem, bias, mult, shift, clamp_lo, clamp_hi, lo, hi):
+    one MR×NR tile.
 
-    ``a``/``b`` point at the tile's packed panels, ``c`` at its first output element;
-    ``bias``/``mult``/``shift`` at its first channel (a column, or a row when the weights are
-    A). Stores rows < mrem and columns < nrem.
+    ``a``/``b`` point at the tile's packed panels, ``c`` at its first output element; the
+    per-channel parameters at its first channel (a column, or a row when the weights are A);
+    ``clamp_lo`` / ``clamp_hi`` are read only when `clamp`. Stores rows < mrem and columns <
+    nrem.
     """
     mr, nr, nv = cfg.mr, cfg.nr, cfg.nr // _V16
     vt, bytes_t = U.vec(U.I32, _V16), U.vec(U.I8, 64)
@@ -592,10 +596,11 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
     fn, b = U.new_function(module, "ukernel_s8", [
         ("k4", U.I64), ("a", U.PTR), ("b", U.PTR), ("c", U.PTR), ("ldc", U.I64),
         ("mrem", U.I64), ("nrem", U.I64), ("bias", U.PTR), ("mult", U.PTR), ("shift", U.PTR),
-        ("lo", U.I32), ("hi", U.I32)], noalias=False)
+        ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("lo", U.I32), ("hi", U.I32)],
+        noalias=False)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    k4, a, bp, c, ldc, mrem, nrem, bias_p, mult_p, shift_p, lo, hi = fn.args
+    k4, a, bp, c, ldc, mrem, nrem, bias_p, mult_p, shift_p, clo_p, chi_p, lo, hi = fn.args
     zero = ir.Constant(vt, [0] * _V16)
 
     # The activations are the unsigned operand (offset by 128): B's vectors when the weights
@@ -633,8 +638,8 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
     acc2 = U.accumulate(b, k4, cfg.unroll, [zero] * (mr * nv), step)
 
     # Epilogue on 16 outputs per vector op (16 channels when the weights are B, with per-lane
-    # multipliers and shifts: vpmulld, vpsllvd, vpsravd; 16 pixels of one channel when they are
-    # A), clamp with smax / smin, narrow to int8 (vpmovdb).
+    # clamps, multipliers and shifts: vpmaxsd, vpminsd, vpmulld, vpsllvd, vpsravd; 16 pixels of
+    # one channel when they are A), clamp with smax / smin, narrow to int8 (vpmovdb).
     lo_v, hi_v = U.splat(b, lo, _V16), U.splat(b, hi, _V16)
     one = U.const_vec(U.I32, _V16, 1)
 
@@ -650,7 +655,8 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
             if epilogue == "requant":
                 s = chan(shift_p, r, v)
                 rnd = b.lshr(b.shl(one, s), one)  # 1 << (s - 1), or 0 for s == 0
-                params[r, v] = (bias, chan(mult_p, r, v), s, rnd)
+                sat = (chan(clo_p, r, v), chan(chi_p, r, v)) if clamp else ()
+                params[r, v] = (bias, chan(mult_p, r, v), s, rnd, *sat)
             else:
                 params[r, v] = (bias,)
     vals = []
@@ -659,6 +665,9 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
             prm = params[r if cfg.weights == "a" else 0, v if cfg.weights == "b" else 0]
             t = b.add(acc2[r * nv + v], prm[0])
             if epilogue == "requant":
+                if clamp:
+                    t = _ivec_intrinsic(b, "smin", _ivec_intrinsic(b, "smax", t, prm[4]),
+                                        prm[5])
                 t = b.ashr(b.add(b.mul(t, prm[1]), prm[3]), prm[2])
                 t = _ivec_intrinsic(b, "smin", _ivec_intrinsic(b, "smax", t, lo_v), hi_v)
             vals.append(b.trunc(t, U.vec(U.I8, _V16)) if out_bits == 8 else t)
@@ -684,24 +693,27 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
 
 
 def _s8_macro(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: int,
-              vnni: bool) -> None:
-    """gemm_s8(ap, bp, c, bias, mult, shift, M, N, K, ldc, ip0, ip1, jp0, jp1, lo, hi).
+              vnni: bool, clamp: bool) -> None:
+    """gemm_s8(ap, bp, c, bias, mult, shift, clamp_lo, clamp_hi, M, N, K, ldc, ip0, ip1, jp0,
+    jp1, lo, hi).
 
     C tiles with row-panel index in [ip0, ip1) and column-panel index in [jp0, jp1); row stride
-    ``ldc`` elements; ``K`` unpadded. ``bias`` / ``mult`` / ``shift``: int32 per channel, padded
-    to whole panels (`s8_channel_params`); the "bias" epilogue reads only ``bias``. Loops:
-    blocks of ``mc`` rows (their A panels stay in L2), then the B panels, then the A panels of
-    the block, so each B panel is reused ``mc / mr`` times.
+    ``ldc`` elements; ``K`` unpadded. ``bias`` / ``mult`` / ``shift`` / ``clamp_lo`` /
+    ``clamp_hi``: int32 per channel, padded to whole panels (`s8_channel_params`); the "bias"
+    epilogue reads only ``bias``, the clamps are read only when `clamp`. Loops: blocks of
+    ``mc`` rows (their A panels stay in L2), then the B panels, then the A panels of the block,
+    so each B panel is reused ``mc / mr`` times.
     """
-    uk = _s8_ukernel(module, cfg, epilogue, out_bits, vnni)
+    uk = _s8_ukernel(module, cfg, epilogue, out_bits, vnni, clamp)
     mr, nr = cfg.mr, cfg.nr
     esize = out_bits // 8
     fn, b = U.new_function(module, "gemm_s8", [
         ("ap", U.PTR), ("bp", U.PTR), ("c", U.PTR), ("bias", U.PTR), ("mult", U.PTR),
-        ("shift", U.PTR), ("M", U.I64), ("N", U.I64), ("K", U.I64), ("ldc", U.I64),
-        ("ip0", U.I64), ("ip1", U.I64), ("jp0", U.I64), ("jp1", U.I64), ("lo", U.I64),
-        ("hi", U.I64)])
-    ap, bp, c, bias_p, mult_p, shift_p, M, N, K, ldc, ip0, ip1, jp0, jp1, lo, hi = fn.args
+        ("shift", U.PTR), ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("M", U.I64),
+        ("N", U.I64), ("K", U.I64), ("ldc", U.I64), ("ip0", U.I64), ("ip1", U.I64),
+        ("jp0", U.I64), ("jp1", U.I64), ("lo", U.I64), ("hi", U.I64)])
+    (ap, bp, c, bias_p, mult_p, shift_p, clo_p, chi_p, M, N, K, ldc, ip0, ip1, jp0, jp1, lo,
+     hi) = fn.args
     k4 = b.udiv(b.add(K, U.i64(S8_KG - 1)), U.i64(S8_KG))
     apanel, bpanel = b.mul(k4, U.i64(mr * S8_KG)), b.mul(k4, U.i64(nr * S8_KG))
     lo32, hi32 = b.trunc(lo, U.I32), b.trunc(hi, U.I32)
@@ -719,8 +731,8 @@ def _s8_macro(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: 
                 ctile = U.gep(b, U.I8, c, b.mul(b.add(b.mul(row0, ldc), col0), U.i64(esize)))
                 ch = b.mul(col0 if cfg.weights == "b" else row0, U.i64(4))
                 b.call(uk, [k4, app, bpp, ctile, ldc, mrem, nrem, U.gep(b, U.I8, bias_p, ch),
-                            U.gep(b, U.I8, mult_p, ch), U.gep(b, U.I8, shift_p, ch), lo32,
-                            hi32])
+                            U.gep(b, U.I8, mult_p, ch), U.gep(b, U.I8, shift_p, ch),
+                            U.gep(b, U.I8, clo_p, ch), U.gep(b, U.I8, chi_p, ch), lo32, hi32])
     b.ret_void()
 
 
@@ -832,7 +844,7 @@ def _s8_pack_ir(module: ir.Module, name: str, width: int) -> None:
 
 
 def build_s8_module(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int = 32,
-                    vnni: bool = True) -> ir.Module:
+                    vnni: bool = True, clamp: bool = False) -> ir.Module:
     """The int8 GEMM module of one variant: ``gemm_s8`` (`S8_MACRO_ARGS`), ``pack_a_s8`` and
     ``pack_b_s8`` (`S8_PACK_ARGS`).
 
@@ -840,16 +852,19 @@ def build_s8_module(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int 
     asked to emit it for another target) or portable vector IR (any target, e.g.
     ``emit_object(module, AARCH64_TRIPLE)``); both compute the same integers from the same
     packed data. `epilogue`: "bias" (``acc + bias``) or "requant" (the full requantisation with
-    clamp); `out_bits`: 8 or 32.
+    clamp); `out_bits`: 8 or 32; `clamp`: "requant" saturates to the per-channel clamps before
+    the multiply (REQUANTIZE's ``clamp``; without it the clamp arrays are not read).
     """
     if epilogue not in ("bias", "requant") or out_bits not in (8, 32):
         raise ValueError(f"build_s8_module: epilogue={epilogue!r} (expected 'bias' or "
                          f"'requant') and out_bits={out_bits} (expected 8 or 32)")
     if out_bits == 8 and epilogue != "requant":
         raise ValueError("build_s8_module: int8 output needs epilogue='requant' (the clamp)")
+    if clamp and epilogue != "requant":
+        raise ValueError("build_s8_module: clamp=True needs epilogue='requant'")
     m = ir.Module(name=f"gemm_s8_mr{cfg.mr}_nr{cfg.nr}_{cfg.weights}_{epilogue}_o{out_bits}_"
-                       f"{'vnni' if vnni else 'portable'}")
-    _s8_macro(m, cfg, epilogue, out_bits, vnni)
+                       f"{'vnni' if vnni else 'portable'}{'_clamp' if clamp else ''}")
+    _s8_macro(m, cfg, epilogue, out_bits, vnni, clamp)
     _s8_pack_ir(m, "pack_a_s8", cfg.mr)
     _s8_pack_ir(m, "pack_b_s8", cfg.nr)
     return m
@@ -864,20 +879,21 @@ def _s8_pack_module(cfg: S8Config) -> ir.Module:
 
 
 def s8_kernels(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int = 32,
-               vnni: bool | None = None) -> JitModule:
+               vnni: bool | None = None, clamp: bool = False) -> JitModule:
     """The compiled int8 GEMM module of one variant (once per process); `vnni` defaults to
     `default_vnni`."""
     vnni = default_vnni() if vnni is None else vnni
     if vnni and not default_vnni():
         raise ValueError("gemm_s8: vnni=True needs AVX-512 VNNI, which this CPU lacks "
                          "(host_has('avx512vnni') is False); use vnni=False or None")
-    return CACHE.get(("gemm_s8", cfg, epilogue, out_bits, vnni),
-                     lambda: build_s8_module(cfg, epilogue, out_bits, vnni))
+    return CACHE.get(("gemm_s8", cfg, epilogue, out_bits, vnni, clamp),
+                     lambda: build_s8_module(cfg, epilogue, out_bits, vnni, clamp))
 
 
-# gemm_s8(ap, bp, c, bias, mult, shift, M, N, K, ldc, ip0, ip1, jp0, jp1, lo, hi)
-S8_MACRO_SIG = "pppppp" + "l" * 10
-S8_MACRO_ARGS = (_P,) * 6 + (_L,) * 10
+# gemm_s8(ap, bp, c, bias, mult, shift, clamp_lo, clamp_hi, M, N, K, ldc, ip0, ip1, jp0, jp1,
+#         lo, hi)
+S8_MACRO_SIG = "pppppppp" + "l" * 10
+S8_MACRO_ARGS = (_P,) * 8 + (_L,) * 10
 # pack_a_s8 / pack_b_s8(src, dst, rows, K, s_row, s_k, p0, p1, xor)
 S8_PACK_SIG = "pp" + "l" * 7
 S8_PACK_ARGS = (_P, _P) + (_L,) * 7
@@ -968,23 +984,49 @@ def _channel_vector(x: np.ndarray | int | None, name: str, n: int, default: int,
     return x.astype(np.int64)
 
 
+def clamp_bounds(clamp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """REQUANTIZE's clamps (integers in 0..2**31-1; 0: none) as the int32 bounds of a MAX and
+    a MIN: ``-c`` and ``c``, the whole int32 range where ``c = 0``."""
+    i32 = np.iinfo(np.int32)
+    c = np.asarray(clamp, np.int64)
+    return (np.where(c > 0, -c, i32.min).astype(np.int32),
+            np.where(c > 0, c, i32.max).astype(np.int32))
+
+
+class S8Params(NamedTuple):
+    """The int32 arrays `gemm_s8` reads per channel (`s8_channel_params`), in its order."""
+
+    bias: np.ndarray
+    mult: np.ndarray
+    shift: np.ndarray
+    clamp_lo: np.ndarray
+    clamp_hi: np.ndarray
+
+    @property
+    def clamped(self) -> bool:
+        """Whether a channel has a clamp: the kernel variant that applies them is needed."""
+        return bool(np.any(self.clamp_lo != np.iinfo(np.int32).min))
+
+
 def s8_channel_params(packed: PackedS8, bias: np.ndarray | int | None = None,
                       multiplier: np.ndarray | int | None = None,
-                      shift: np.ndarray | int | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ``bias``, ``mult`` and ``shift`` int32 arrays `gemm_s8` reads per channel, padded to
-    whole panels: the bias with the offset correction ``- 128 * wsum`` folded in (exact with
-    wrap-around, as the accelerator's adder), the multiplier (default 1), the shift (0..31,
-    default 0)."""
+                      shift: np.ndarray | int | None = None,
+                      clamp: np.ndarray | int | None = None) -> S8Params:
+    """The int32 arrays `gemm_s8` reads per channel, padded to whole panels: the bias with the
+    offset correction ``- 128 * wsum`` folded in (exact with wrap-around, as the accelerator's
+    adder), the multiplier (default 1), the shift (0..31, default 0), and the clamp (0..2**31-1,
+    default 0: none) as the bounds of `clamp_bounds`."""
     n, npad = packed.n, packed.panels * packed.cfg.channel_width
     i32 = np.iinfo(np.int32)
     b = _channel_vector(bias, "bias", n, 0, i32.min, i32.max)
     m = _channel_vector(multiplier, "multiplier", n, 1, i32.min, i32.max)
     s = _channel_vector(shift, "shift", n, 0, 0, 31)
+    c = np.zeros(npad, np.int64)
+    c[:n] = _channel_vector(clamp, "clamp", n, 0, 0, i32.max)
     out = [np.zeros(npad, np.int32) for _ in range(3)]
     out[0][:n] = _wrap32(b - S8_XOR * packed.wsum[:n])
     out[1][:n], out[2][:n] = m, s
-    return out[0], out[1], out[2]
+    return S8Params(out[0], out[1], out[2], *clamp_bounds(c))
 
 
 def pack_s8_activations(a: np.ndarray, cfg: S8Config, threads: int = 1) -> np.ndarray:
@@ -1006,14 +1048,15 @@ def pack_s8_activations(a: np.ndarray, cfg: S8Config, threads: int = 1) -> np.nd
 
 
 def gemm_s8_packed(act: np.ndarray, packed: PackedS8, out: np.ndarray,
-                   params: tuple[np.ndarray, np.ndarray, np.ndarray], requant: bool,
+                   params: S8Params, requant: bool,
                    lo: int, hi: int, threads: int = 1, vnni: bool | None = None) -> None:
     """The GEMM on packed operands (`pack_s8_activations`, `pack_s8_weights`) into `out`
     (int8 or int32, (M, N), any row stride via out.strides), with the per-channel `params` of
     `s8_channel_params`; threads split the M or N tiles."""
     cfg = packed.cfg
     m, n = out.shape
-    jm = s8_kernels(cfg, "requant" if requant else "bias", 8 * out.itemsize, vnni)
+    jm = s8_kernels(cfg, "requant" if requant else "bias", 8 * out.itemsize, vnni,
+                    requant and params.clamped)
     fn = jm.cfunc("gemm_s8", None, *S8_MACRO_ARGS)
     ap, bp = (act, packed.data) if cfg.weights == "b" else (packed.data, act)
     mt, nt = _cdiv(m, cfg.mr), _cdiv(n, cfg.nr)
@@ -1028,8 +1071,9 @@ def gemm_s8_packed(act: np.ndarray, packed: PackedS8, out: np.ndarray,
 
 def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = None,
             multiplier: np.ndarray | int | None = None, shift: np.ndarray | int | None = None,
-            lo: int = -128, hi: int = 127, out_dtype: type = np.int8, threads: int = 1,
-            out: np.ndarray | None = None, vnni: bool | None = None) -> np.ndarray:
+            clamp: np.ndarray | int | None = None, lo: int = -128, hi: int = 127,
+            out_dtype: type = np.int8, threads: int = 1, out: np.ndarray | None = None,
+            vnni: bool | None = None) -> np.ndarray:
     """int8 × int8 with exact int32 accumulation, then the requantisation epilogue.
 
     With ``packed.cfg.weights == "b"``: ``a`` is ``[M, K]`` and ``acc[M, N] = a @ W``; with
@@ -1037,14 +1081,15 @@ def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = 
     on int32 with wrap-around (the accelerator's ALU)::
 
         t = acc + bias[n]
+        t = min(max(t, -clamp[n]), clamp[n])        # requantising, where clamp[n] > 0
         t = t * multiplier[n]                       # requantising only
         t = (t + (1 << (shift[n] - 1) if shift[n] else 0)) >> shift[n]   (arithmetic)
         t = min(max(t, lo), hi)
 
-    It requantises when `out_dtype` is int8 or `multiplier` / `shift` is given (defaults 1 and
-    0); otherwise the result is ``acc + bias`` as int32 and `lo` / `hi` are not used. `bias`,
-    `multiplier` and `shift` are ints or ``(N,)`` integer arrays. `vnni` overrides the kernel
-    variant (default: `default_vnni`).
+    It requantises when `out_dtype` is int8 or `multiplier` / `shift` / `clamp` is given
+    (defaults 1, 0 and 0: no clamp); otherwise the result is ``acc + bias`` as int32 and `lo` /
+    `hi` are not used. `bias`, `multiplier`, `shift` and `clamp` are ints or ``(N,)`` integer
+    arrays. `vnni` overrides the kernel variant (default: `default_vnni`).
     """
     who = "gemm_s8"
     check_array(a, f"{who}: a", 2, np.int8)
@@ -1064,7 +1109,8 @@ def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = 
     odt = np.dtype(out_dtype)
     if odt not in (np.dtype(np.int8), np.dtype(np.int32)):
         raise TypeError(f"{who}: out_dtype={odt.name}, expected int8 or int32")
-    requant = odt == np.int8 or multiplier is not None or shift is not None
+    requant = odt == np.int8 or multiplier is not None or shift is not None or \
+        clamp is not None
     rng = np.iinfo(np.int8 if odt == np.int8 else np.int32)
     if requant and not rng.min <= lo <= hi <= rng.max:
         raise ValueError(f"{who}: lo={lo}, hi={hi}, expected {rng.min} <= lo <= hi <= "
@@ -1077,7 +1123,7 @@ def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = 
         check_array(out, f"{who}: out", 2, odt.type)
         if out.shape != (m, n):
             raise ValueError(f"{who}: out has shape {out.shape}, expected {(m, n)}")
-    params = s8_channel_params(packed, bias, multiplier, shift)
+    params = s8_channel_params(packed, bias, multiplier, shift, clamp)
     if m == 0 or n == 0:
         return out
     act = pack_s8_activations(a, cfg, threads)

@@ -325,8 +325,9 @@ class NnLowering(LowererBase):
     # -- integer and quantised ------------------------------------------------------------------
     def op_requantize(self, n: Node, name: str) -> None:
         """REQUANTIZE as one elementwise program in int32 (wrapping, like the interpreter):
-        add the bias, multiply, add the rounding term, shift, clamp, narrow. Per-channel
-        multipliers, rounding terms and shifts are constant operands along the axis."""
+        add the bias, saturate to the clamp, multiply, add the rounding term, shift, clamp,
+        narrow. Per-channel clamps, multipliers, rounding terms and shifts are constant
+        operands along the axis."""
         if n.src[0].op in (Op.CONV_INTEGER, Op.MATMUL_INTEGER) and \
                 self.fused_int8(n.src[0]) is n:
             return self.int8_gemm(n, name)
@@ -337,7 +338,7 @@ class NnLowering(LowererBase):
         operands: list[tuple[DType, tuple[int, ...]]] = [(i32, _strides(x.shape))]
         args: list[Arg] = [self.ptr(x)]
 
-        def operand(values: Sequence[int] | Node) -> int:
+        def operand(values: Sequence[int] | np.ndarray | Node) -> int:
             if isinstance(values, Node):
                 arg = self.ptr(values)
                 size = values.size
@@ -349,6 +350,8 @@ class NnLowering(LowererBase):
             return len(args) - 1
 
         bias = operand(n.src[1]) if len(n.src) == 2 else None
+        lo_hi = G.clamp_bounds(np.asarray(a.clamp)) if any(a.clamp) else None
+        sat = tuple(operand(v) for v in lo_hi) if lo_hi else None
         mult = operand(a.multiplier)
         rounding = [(1 << (s - 1)) if s > 0 else 0 for s in a.shift]
         rnd = operand(rounding) if any(rounding) else None
@@ -362,6 +365,8 @@ class NnLowering(LowererBase):
         v = 0
         if bias is not None:
             v = emit("add", (v, bias))
+        if sat is not None:
+            v = emit("min", (emit("max", (v, sat[0])), sat[1]))
         v = emit("mul", (v, mult))
         if rnd is not None:
             v = emit("add", (v, rnd))
@@ -470,7 +475,8 @@ class NnLowering(LowererBase):
 
     def int8_gemm(self, rq: Node, name: str) -> None:
         """`rq` = REQUANTIZE(CONV_INTEGER | MATMUL_INTEGER) as packs and one int8 GEMM whose
-        epilogue adds the bias, multiplies, shifts and clamps (kernels/gemm.py, gemm_s8)."""
+        epilogue adds the bias, saturates, multiplies, shifts and clamps (kernels/gemm.py,
+        gemm_s8)."""
         acc = rq.src[0]
         if acc.op is Op.CONV_INTEGER and self._int8_depthwise(acc):
             return self.int8_depthwise(rq, name)
@@ -492,13 +498,15 @@ class NnLowering(LowererBase):
             packed = G.pack_s8_weights(np.ascontiguousarray(w.value), cfg, "kn")
         ch = lambda v: np.broadcast_to(np.asarray(v, np.int64), (cout,))  # noqa: E731
         bias = rq.src[1].value.astype(np.int64) if len(rq.src) == 2 else None
-        params = G.s8_channel_params(packed, bias, ch(a.multiplier), ch(a.shift))
-        pb, mb, sb = (self.const(p, f"{name}_{k}") for p, k in zip(params, ("bias", "m", "s")))
+        params = G.s8_channel_params(packed, bias, ch(a.multiplier), ch(a.shift), ch(a.clamp))
+        pb, mb, sb, clo, chi = (self.const(p, f"{name}_{k}") for p, k in zip(
+            params, ("bias", "m", "s", "clamp_lo", "clamp_hi"), strict=True))
         wb = self.const(packed.data, f"{name}_w8")
         out_bits = 32 if rq.dtype is DType.INT32 else 8
         vnni = G.default_vnni() if self.vnni is None else self.vnni
-        gk = self.kernel(("gemm_s8", cfg, "requant", out_bits, vnni),
-                         lambda: G.build_s8_module(cfg, "requant", out_bits, vnni))
+        clamped = params.clamped
+        gk = self.kernel(("gemm_s8", cfg, "requant", out_bits, vnni, clamped),
+                         lambda: G.build_s8_module(cfg, "requant", out_bits, vnni, clamped))
         width = cfg.nr if conv else cfg.mr  # rows per activation panel
         apanels = -(-rows // width)
         k4 = -(-kdim // G.S8_KG)
@@ -533,7 +541,8 @@ class NnLowering(LowererBase):
                 (("i", 0), ("i", mt), ("lo",), ("hi",))
             self.add_step(Step(name, "gemm_s8", [Call(gk, "gemm_s8", G.S8_MACRO_SIG, (
                 ap, bp, ("b", dbuf, doff + i * cout * rows * obytes), ("b", pb, 0),
-                ("b", mb, 0), ("b", sb, 0), ("i", m_), ("i", n_), ("i", kdim), ("i", n_),
+                ("b", mb, 0), ("b", sb, 0), ("b", clo, 0), ("b", chi, 0), ("i", m_),
+                ("i", n_), ("i", kdim), ("i", n_),
                 *tiles, ("i", a.lo), ("i", a.hi)))], mt if split_m else nt,
                 big and (mt if split_m else nt) > 1))
 
@@ -548,14 +557,17 @@ class NnLowering(LowererBase):
         g = self._int8_geom(acc)
         geom = C.ConvGeom(1, *C.dataclass_fields(g)[1:])
         out_bits = 32 if rq.dtype is DType.INT32 else 8
-        dk = self.kernel(("depthwise_s8", geom, out_bits),
-                         lambda: C.depthwise_s8_module(geom, out_bits))
+        clamped = any(a.clamp)
+        dk = self.kernel(("depthwise_s8", geom, out_bits, clamped),
+                         lambda: C.depthwise_s8_module(geom, out_bits, clamped))
         def per_channel(v: Any, what: str) -> int:  # int32 [C] (one value: every channel)
             return self.const(np.broadcast_to(np.asarray(v, np.int64), (cin,)).astype(np.int32),
                               f"{name}_{what}")
 
         pb = per_channel(rq.src[1].value if len(rq.src) == 2 else 0, "bias")
         mb, sb = per_channel(a.multiplier, "m"), per_channel(a.shift, "s")
+        clo, chi = (per_channel(v, f"clamp_{k}") for v, k in zip(
+            G.clamp_bounds(np.asarray(a.clamp)), ("lo", "hi"), strict=True))
         wb = self.const(np.ascontiguousarray(w.value.reshape(cin, g.kh * g.kw), np.int8),
                         f"{name}_w8")
         xb, xoff = self.where(x)
@@ -563,10 +575,11 @@ class NnLowering(LowererBase):
         obytes, npix = out_bits // 8, g.oh * g.ow
         work = cin * npix * g.kh * g.kw
         for i in range(nb):
-            call = Call(dk, "depthwise_s8", "pppppp" + "llll", (
+            call = Call(dk, "depthwise_s8", "pppppppp" + "llll", (
                 ("b", xb, xoff + i * cin * h * wd), ("b", wb, 0), ("b", pb, 0), ("b", mb, 0),
-                ("b", sb, 0), ("b", dbuf, doff + i * cin * npix * obytes), ("lo",), ("hi",),
-                ("i", a.lo), ("i", a.hi)))
+                ("b", sb, 0), ("b", clo, 0), ("b", chi, 0),
+                ("b", dbuf, doff + i * cin * npix * obytes), ("lo",), ("hi",), ("i", a.lo),
+                ("i", a.hi)))
             self.add_step(Step(name, "depthwise_s8", [call], cin,
                                work >= PARALLEL_MIN_MACS and self.threads > 1))
 

@@ -21,7 +21,8 @@ def wrap(x):
     return np.asarray(x, np.int64).astype(np.int32).astype(np.int64)
 
 
-def reference(a, w, bias=None, mult=None, shift=None, lo=-128, hi=127, requant=True):
+def reference(a, w, bias=None, mult=None, shift=None, lo=-128, hi=127, requant=True,
+              clamp=None):
     """acc[M, N] = a[M, K] @ w[K, N], then the epilogue per column n."""
     n = w.shape[1]
     acc = wrap(a.astype(np.int64) @ w.astype(np.int64))
@@ -30,6 +31,8 @@ def reference(a, w, bias=None, mult=None, shift=None, lo=-128, hi=127, requant=T
         return t.astype(np.int32)
     m = np.broadcast_to(np.asarray(1 if mult is None else mult, np.int64), (n,))
     s = np.broadcast_to(np.asarray(0 if shift is None else shift, np.int64), (n,))
+    c = np.broadcast_to(np.asarray(0 if clamp is None else clamp, np.int64), (n,))
+    t = np.where(c > 0, np.clip(t, -c, c), t)
     t = wrap(t * m)
     t = wrap(t + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0))
     return np.clip(t >> s, lo, hi)
@@ -70,6 +73,12 @@ def test_requant_int8(m, k, n, weights, vnni):
     got = run(a, w, weights, vnni, bias=bias, multiplier=mult, shift=shift, lo=-100, hi=90)
     assert got.dtype == np.int8
     np.testing.assert_array_equal(got, reference(a, w, bias, mult, shift, -100, 90))
+    # with a clamp on most channels (0: none on a few), small enough to bite
+    clamp = RNG.integers(0, 1 << 18, n) * (RNG.random(n) < 0.8)
+    got = run(a, w, weights, vnni, bias=bias % 1000, multiplier=mult, shift=shift, clamp=clamp,
+              lo=-100, hi=90)
+    np.testing.assert_array_equal(got, reference(a, w, bias % 1000, mult, shift, -100, 90,
+                                                 clamp=clamp))
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES[:6])
@@ -90,7 +99,8 @@ def test_int32_outputs(m, k, n, weights, vnni):
 
 @pytest.mark.parametrize("weights", ["b", "a"])
 def test_extremes(weights, vnni):
-    """-128 × -128 over K = 4608, multipliers that wrap, shifts 0 and 31, both clamps."""
+    """-128 × -128 over K = 4608, multipliers that wrap, shifts 0 and 31, both clamps, the
+    saturating clamps at 1 and the int32 limit."""
     k, n = 4608, 35
     a, w = np.full((3, k), -128, np.int8), np.full((k, n), -128, np.int8)
     a[1] = 127
@@ -100,9 +110,14 @@ def test_extremes(weights, vnni):
     mult = np.resize(np.array([I32.max, I32.min, -1, 1 << 16, 3], np.int64), n)
     shift = np.resize(np.array([0, 31, 1, 16, 30, 7], np.int64), n)
     bias = np.resize(np.array([I32.max, I32.min, 0, -5], np.int64), n)
+    clamp = np.resize(np.array([0, 1, I32.max, 1 << 20, 12345, 0, 7], np.int64), n)
     for lo, hi in [(-128, 127), (-3, 5), (0, 0)]:
         got = run(a, w, weights, vnni, bias=bias, multiplier=mult, shift=shift, lo=lo, hi=hi)
         np.testing.assert_array_equal(got, reference(a, w, bias, mult, shift, lo, hi))
+        got = run(a, w, weights, vnni, bias=bias, multiplier=mult, shift=shift, lo=lo, hi=hi,
+                  clamp=clamp)
+        np.testing.assert_array_equal(got, reference(a, w, bias, mult, shift, lo, hi,
+                                                     clamp=clamp))
 
 
 def test_accumulator_wraps_like_int32(vnni):
@@ -208,18 +223,20 @@ def test_module_function_on_tile_ranges(weights, vnni):
         packed = G.pack_s8_weights(np.ascontiguousarray(w.T), cfg, "nk")
         x, (mm, nn) = np.ascontiguousarray(a.T), (n, m)
     act = G.pack_s8_activations(x, cfg)
-    params = G.s8_channel_params(packed, 7, 3, 2)
+    params = G.s8_channel_params(packed, 7, 3, 2, 500)
     ap, bp = (act, packed.data) if weights == "b" else (packed.data, act)
-    fn = G.s8_kernels(cfg, "requant", 8, vnni).cfunc("gemm_s8", None, *G.S8_MACRO_ARGS)
+    assert params.clamped
+    fn = G.s8_kernels(cfg, "requant", 8, vnni, clamp=True).cfunc("gemm_s8", None,
+                                                                 *G.S8_MACRO_ARGS)
     big = np.full((mm, nn + 5), 99, np.int8)
     nt = -(-nn // cfg.nr)
     for lo, hi in [(0, 1), (1, nt)]:
         fn(ap.ctypes.data, bp.ctypes.data, big.ctypes.data, *(p.ctypes.data for p in params),
            mm, nn, k, nn + 5, 0, -(-mm // cfg.mr), lo, hi, -128, 127)
-    want = reference(a, w, 7, 3, 2)
+    want = reference(a, w, 7, 3, 2, clamp=500)
     np.testing.assert_array_equal(big[:, :nn], want if weights == "b" else want.T)
     assert (big[:, nn:] == 99).all()
-    assert G.S8_MACRO_SIG == "pppppp" + "l" * 10 and len(G.S8_MACRO_ARGS) == 16
+    assert G.S8_MACRO_SIG == "pppppppp" + "l" * 10 and len(G.S8_MACRO_ARGS) == 18
 
 
 def test_variant_is_a_builder_parameter():
@@ -229,9 +246,11 @@ def test_variant_is_a_builder_parameter():
 
 
 @pytest.mark.parametrize("weights", ["b", "a"])
-@pytest.mark.parametrize("epilogue,out_bits", [("bias", 32), ("requant", 8), ("requant", 32)])
-def test_portable_emits_aarch64(weights, epilogue, out_bits):
-    module = G.build_s8_module(G.S8Config(weights=weights), epilogue, out_bits, vnni=False)
+@pytest.mark.parametrize("epilogue,out_bits,clamp", [("bias", 32, False), ("requant", 8, False),
+                                                     ("requant", 32, False), ("requant", 8, True)])
+def test_portable_emits_aarch64(weights, epilogue, out_bits, clamp):
+    module = G.build_s8_module(G.S8Config(weights=weights), epilogue, out_bits, vnni=False,
+                               clamp=clamp)
     obj = llvm.emit_object(module, llvm.AARCH64_TRIPLE)
     assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
 
@@ -263,6 +282,9 @@ def test_errors():
         G.gemm_s8(a, ints((4, 6)))
     with pytest.raises(ValueError, match=r"shift has values in \[0, 32\], expected \[0, 31\]"):
         G.gemm_s8(a, packed, shift=np.array([0, 1, 2, 3, 4, 32]))
+    with pytest.raises(ValueError, match=r"clamp has values in \[-1, -1\], expected "
+                                         r"\[0, 2147483647\]"):
+        G.gemm_s8(a, packed, clamp=-1)
     with pytest.raises(ValueError, match=r"bias has shape \(5,\), expected \(6,\)"):
         G.gemm_s8(a, packed, bias=np.zeros(5, np.int32))
     with pytest.raises(TypeError, match="multiplier: expected an int or an integer"):
@@ -277,5 +299,7 @@ def test_errors():
         G.pack_s8_weights(ints((4, 6)), layout="kk")
     with pytest.raises(ValueError, match="S8Config: nr=20 must be a positive multiple of 16"):
         G.S8Config(nr=20)
+    with pytest.raises(ValueError, match="clamp=True needs epilogue='requant'"):
+        G.build_s8_module(G.S8Config(), "bias", 32, clamp=True)
     with pytest.raises(ValueError, match="int8 output needs epilogue='requant'"):
         G.build_s8_module(G.S8Config(), "bias", 8)

@@ -50,8 +50,8 @@ def _ints(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 def _params(rng: np.random.Generator, c: int, kind: str, out: DType):
     """(bias, RequantAttrs): "wrap": any int32 bias and multiplier (the sum and the product
     wrap), shifts 0..31 with 0 and 31 present; "scaled": what a quantiser makes (outputs
-    spread over the range, ReLU6-like bounds for int8); "scalar": one multiplier and shift,
-    no bias."""
+    spread over the range, ReLU6-like bounds for int8), with per-channel clamps that bite (0,
+    none, on some); "scalar": one multiplier and shift, no bias, one clamp."""
     info = np.iinfo(out.np)
     if kind == "wrap":
         bias = rng.integers(I32.min, I32.max, c, endpoint=True).astype(np.int32)
@@ -66,9 +66,11 @@ def _params(rng: np.random.Generator, c: int, kind: str, out: DType):
         mult = rng.integers(1, 1 << 15, c)
         shift = rng.integers(20, 24, c)
         lo, hi = (0, 100) if out is not DType.INT32 else (int(info.min), int(info.max))
-        return bias, RequantAttrs(tuple(map(int, mult)), tuple(map(int, shift)), 1, lo, hi)
+        clamp = rng.integers(0, 1 << 17, c) * (rng.random(c) < 0.8)
+        return bias, RequantAttrs(tuple(map(int, mult)), tuple(map(int, shift)), 1, lo, hi,
+                                  clamp=tuple(map(int, clamp)))
     return None, RequantAttrs((12345,), (17,), 1, -128 if out is DType.INT8 else 0,
-                              127 if out is not DType.INT32 else int(info.max))
+                              127 if out is not DType.INT32 else int(info.max), clamp=(5000,))
 
 
 def _graph(x_shape: tuple[int, ...], w: np.ndarray, k: int, stride: tuple[int, int], pad: int,

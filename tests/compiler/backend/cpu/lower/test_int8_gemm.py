@@ -18,10 +18,15 @@ def mk(op: Op, *src: Node, attrs: o.Attrs = o.NO_ATTRS, dtype: DType | None = No
     return Node(op, d, s, src, attrs, name)
 
 
-def _requant(acc: Node, axis: int, out: DType, rng, lo: int = -128, hi: int = 127) -> Node:
+def _requant(acc: Node, axis: int, out: DType, rng, lo: int = -128, hi: int = 127,
+             clamp: bool = False) -> Node:
+    """Random multipliers and shift; with `clamp`, per-channel clamps (0 on a few: none) small
+    enough to bite."""
     ch = acc.shape[axis]
+    c = tuple(int(v) for v in rng.integers(0, 1 << 16, ch) * (rng.random(ch) < 0.8)) \
+        if clamp else (0,)
     a = o.RequantAttrs(tuple(int(v) for v in rng.integers(1, 1 << 15, ch)),
-                       (int(rng.integers(10, 24)),), axis, lo, hi)
+                       (int(rng.integers(10, 24)),), axis, lo, hi, clamp=c)
     bias = const(rng.integers(-(1 << 16), 1 << 16, ch).astype(np.int32), "bias")
     return mk(Op.REQUANTIZE, acc, bias, attrs=a, dtype=out, name="y")
 
@@ -43,7 +48,8 @@ def _check(y: Node, x: Node, xv: np.ndarray, threads: int = 2) -> None:
     ((1, 5, 12, 12), 7, 3, 1, 2, 2),
 ])
 @pytest.mark.parametrize("out", [DType.INT8, DType.INT32, DType.UINT8])
-def test_conv(shape, cout, k, stride, pad, dil, out: DType) -> None:
+@pytest.mark.parametrize("clamp", [False, True], ids=["", "clamp"])
+def test_conv(shape, cout, k, stride, pad, dil, out: DType, clamp: bool) -> None:
     rng = np.random.default_rng(sum(shape) + cout)
     x = Node(Op.INPUT, DType.INT8, shape, attrs=o.InputAttrs(0), name="x")
     w = const(rng.integers(-128, 128, (cout, shape[1], k, k)).astype(np.int8), "w")
@@ -52,7 +58,7 @@ def test_conv(shape, cout, k, stride, pad, dil, out: DType) -> None:
     lo, hi = (0, 127) if out is DType.UINT8 else (-128, 127) if out is DType.INT8 else \
         (-(1 << 31), (1 << 31) - 1)
     xv = rng.integers(-128, 128, shape).astype(np.int8)
-    _check(_requant(acc, 1, out, rng, lo, hi), x, xv)
+    _check(_requant(acc, 1, out, rng, lo, hi, clamp), x, xv)
 
 
 @pytest.mark.parametrize(("shape", "n"), [((1, 784), 128), ((3, 10, 64), 48), ((7, 5), 1)])
@@ -64,6 +70,7 @@ def test_matmul(shape, n: int, threads: int) -> None:
     acc = mk(Op.MATMUL_INTEGER, x, w, const(np.int8(0)), const(np.int8(0)))
     xv = rng.integers(-128, 128, shape).astype(np.int8)
     _check(_requant(acc, len(shape) - 1, DType.INT8, rng, 0, 100), x, xv, threads)
+    _check(_requant(acc, len(shape) - 1, DType.INT8, rng, 0, 100, True), x, xv, threads)
 
 
 def test_wrapping_multiplier_is_exact() -> None:
