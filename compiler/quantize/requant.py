@@ -139,7 +139,7 @@ def choose(real: Sequence[float] | np.ndarray, bound: Sequence[int] | np.ndarray
         if m.max(initial=0) > IMM_MAX:
             continue
         rnd = (1 << (s - 1)) if s else 0
-        clamp: tuple[int, ...] = (0,)
+        sat: tuple[int, ...] = (0,)
         worst = int((m * B).max(initial=0)) + rnd
         if not fits(worst, s):
             if span is None:
@@ -148,10 +148,10 @@ def choose(real: Sequence[float] | np.ndarray, bound: Sequence[int] | np.ndarray
             worst = int((m * a).max(initial=0)) + rnd
             if not fits(worst, s):
                 continue
-            clamp = _per_layer(a.tolist())
+            sat = _per_layer(a.tolist())
         with np.errstate(divide="ignore", invalid="ignore"):
             err = np.where(M > 0, np.abs(m / (1 << s) - M) / M, 0.0)
-        return Requant(_per_layer(m.tolist()), s, float(err.max(initial=0.0)), worst, clamp)
+        return Requant(_per_layer(m.tolist()), s, float(err.max(initial=0.0)), worst, sat)
     raise RequantError(f"no shift in 0..{max_shift} keeps multipliers {M[:4].tolist()} within "
                        f"the ALU immediate and bound {int(B.max())} * multiplier within int32")
 
