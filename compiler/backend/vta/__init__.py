@@ -31,7 +31,16 @@ from .. import PlanSection, register_backend
 from .codegen import LayerCode, barrier, emit_layer
 from .layers import AddLayer, ConvLayer, Layer, find_layers, node_dims
 from .requant import RequantProgram, requant_program
-from .schedule import ConvSchedule, NoSchedule, RowSchedule, choose_conv, choose_rows
+from .schedule import (
+    ConvSchedule,
+    NoSchedule,
+    RowSchedule,
+    Schedule,
+    choose,
+    fits,
+    schedule_from_json,
+)
+from .tune import read_log
 
 __all__ = ["VtaOptions", "lower", "resolve_config"]
 
@@ -49,12 +58,22 @@ class VtaOptions:
         each layer; a normal run uses one stream per region).
     schedules : dict
         Layer name -> tiling (the fields of `schedule.ConvSchedule` / `RowSchedule`), overriding
-        the search (the tuning log's results).
+        the search and the tuning log.
+    tuning_log : str or None
+        A JSON-lines tuning log (`tune.tune_model`): a layer whose shape key and configuration
+        hash it has a record for takes the record's schedule; the others the analytic model's
+        choice. A missing or malformed file is an error naming it (and the line).
     """
 
     config: str = "default"
     per_layer: bool = True
     schedules: dict[str, dict[str, int]] = field(default_factory=dict)
+    tuning_log: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tuning_log is not None and not isinstance(self.tuning_log, (str, os.PathLike)):
+            raise TypeError(f"vta: tuning_log must be a path or None, got "
+                            f"{type(self.tuning_log).__name__}")
 
 
 def resolve_config(spec: str | HwConfig | dict) -> HwConfig:
@@ -84,14 +103,21 @@ def _programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
 
 
 def _schedule(layer: Layer, rqs: tuple[RequantProgram, ...], cfg: HwConfig,
-              fixed: dict[str, int] | None) -> ConvSchedule | RowSchedule:
-    if isinstance(layer, ConvLayer):
-        if fixed:
-            return ConvSchedule(**fixed)
-        return choose_conv(layer, len(rqs[0].steps), rqs[0].rows, cfg)
+              opts: VtaOptions) -> Schedule:
+    """`opts.schedules`' tiling for the layer's name, else the tuning log's for its shape and
+    configuration, else the analytic model's choice (`NoSchedule` if nothing fits)."""
+    fixed = opts.schedules.get(layer.name)
     if fixed:
-        return RowSchedule(**fixed)
-    return choose_rows(layer, sum(r.rows for r in rqs), cfg)
+        s = schedule_from_json(layer, fixed)
+        if not fits(layer, s, rqs, cfg):
+            raise ValueError(f"vta: schedules[{layer.name!r}] = {fixed} does not fit the "
+                             f"buffers of {cfg.bitstream_name}")
+        return s
+    if opts.tuning_log is not None:
+        logged = read_log(opts.tuning_log).schedule(layer, rqs, cfg)
+        if logged is not None:
+            return logged
+    return choose(layer, rqs, cfg)
 
 
 @dataclass
@@ -133,7 +159,7 @@ def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
     for L in layers:
         progs = _programs(L, cfg)
         try:
-            sch = _schedule(L, progs, cfg, opts.schedules.get(L.name))
+            sch = _schedule(L, progs, cfg, opts)
         except NoSchedule as e:
             why[L.name] = str(e)
             continue
@@ -259,6 +285,10 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
         arr.free()
     io_args = tuple(tuple(m["arg"]) for m in inputs_meta + outputs_meta)
     for k, L in enumerate(region.layers):
+        for n in L.nodes:  # the layer's other nodes: lowered here too, by the step below
+            if n is not L.out.node:
+                with plan.lowering(n, "vta"):
+                    pass
         with plan.lowering(L.out.node, "vta"):
             plan.add_step(Step(L.name, L.kind, [Call(r, f"layer{k}", "p" * len(io_args),
                                                      io_args)], backend="vta"))

@@ -1,24 +1,43 @@
 """Tilings of the accelerator's layers: what fits the on-chip buffers and the instruction
-fields, and an analytic estimate of the cycles of each (the search scores candidates with it, and
-`tune` with the simulator's timing layer).
+fields, and an analytic model of the cycles of each (the compiler picks the tiling it predicts
+fastest; `tune` re-ranks the best few with the simulator's timing layer).
 
 A convolution tile is ``tob`` output-channel blocks x ``toh`` output rows x ``tow`` output
 columns of one batch block; its input channels arrive in chunks of ``tib`` blocks. With
 ``threads = 2`` each SRAM is split in two halves and chunk/tile ``k`` uses half ``k % 2``.
+A pooling or add tile is ``toh x tow`` output elements of one channel block.
+
+The model (`estimate`) replays the instructions `codegen` emits for a tiling, in stream order,
+on the timing contract's three units (docs/timing.md §3-§4): each instruction starts when fetch
+has dispatched it (fetch groups, full command queues), its unit is free and the token it pops
+(`driver.VirtualThreads`' pattern) is visible; micro-op kernels are loaded when they are not
+resident. Transfers take their uncontended closed form (§2): what it leaves out is mainly the
+shared memory port (fetch, compute, load and store transfers taking turns, the store last), so
+it predicts a little low, most where a one-thread tiling's loads meet compute's and fetch's
+transfers (digits CNN, LeNet, MLP: 1-9 % per layer, mean 4 %; docs/timing.md §5a's placement
+effects are left out too).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
+from collections import deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.timing_facts import NOP_CYCLES, STORE_SETUP_CYCLES, alu_cycles, gemm_cycles
 
 from .layers import ConvLayer, Layer, PoolLayer
+from .requant import RequantProgram
 
-__all__ = ["ConvSchedule", "RowSchedule", "ConvGeometry", "conv_geometry", "conv_fits",
-           "conv_candidates", "estimate_conv", "choose_conv", "choose_rows", "NoSchedule"]
+__all__ = ["ConvSchedule", "RowSchedule", "Schedule", "ConvGeometry", "conv_geometry",
+           "conv_fits", "rows_fit", "fits", "conv_candidates", "row_candidates", "candidates",
+           "estimate", "estimate_conv", "estimate_rows", "lower_bound", "choose", "choose_conv",
+           "choose_rows", "schedule_from_json", "NoSchedule"]
 
 
 class NoSchedule(ValueError):
@@ -48,6 +67,23 @@ class RowSchedule:
 
     def to_json(self) -> dict[str, int]:
         return {"toh": self.toh, "tow": self.tow, "threads": self.threads}
+
+
+Schedule: TypeAlias = "ConvSchedule | RowSchedule"
+
+
+def schedule_from_json(L: Layer, fields: dict[str, int]) -> Schedule:
+    """The schedule of layer `L`'s kind with these fields (`to_json`'s); `ValueError` names a
+    missing or unknown field."""
+    cls: type[ConvSchedule] | type[RowSchedule] = (
+        ConvSchedule if isinstance(L, ConvLayer) else RowSchedule)
+    want = set(cls.__dataclass_fields__)
+    got = set(fields)
+    if not want - {"threads"} <= got <= want or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in fields.values()):
+        raise ValueError(f"layer {L.name!r} ({L.kind}): schedule {fields} is not a "
+                         f"{cls.__name__} (expected positive integers {sorted(want)})")
+    return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -81,7 +117,8 @@ def conv_fits(L: ConvLayer, s: ConvSchedule, table_rows: int, cfg: HwConfig) -> 
     t = s.threads
     iter_max, factor_max = _limits(cfg)
     g = conv_geometry(L, cfg)
-    return (s.tib * in_rows * in_cols <= cfg.inp_depth // t
+    return (t in (1, 2)
+            and s.tib * in_rows * in_cols <= cfg.inp_depth // t
             and s.tob * s.tib * kh * kw <= cfg.wgt_depth // t
             and s.tob * (s.toh * s.tow + table_rows) <= cfg.acc_depth // t
             and s.tob * s.tib * kh * kw <= cfg.uop_depth // 4
@@ -89,6 +126,30 @@ def conv_fits(L: ConvLayer, s: ConvSchedule, table_rows: int, cfg: HwConfig) -> 
             and sh * in_cols <= factor_max and s.tow <= factor_max
             and g.w <= 0xFFFF and g.ow <= 0xFFFF and g.ib * kh * kw <= 0xFFFF
             and t <= cfg.dep_queue_depth)
+
+
+def rows_fit(L: Layer, s: RowSchedule, table_rows: int, cfg: HwConfig) -> bool:
+    """Whether a pooling / add tile fits one ACC half (its output, and the input window or the
+    second operand and the requantisation constants) and the instruction fields."""
+    iter_max, factor_max = _limits(cfg)
+    if isinstance(L, PoolLayer):
+        (kh, kw), (sh, sw) = L.kernel, L.strides
+        in_rows, in_cols = (s.toh - 1) * sh + kh, (s.tow - 1) * sw + kw
+        use = s.toh * s.tow + in_rows * in_cols
+        ok = sh * in_cols <= factor_max
+    else:
+        use, ok = 2 * s.toh * s.tow + table_rows, True
+    return (ok and s.threads in (1, 2) and s.threads <= cfg.dep_queue_depth
+            and use <= cfg.acc_depth // s.threads and s.toh <= iter_max
+            and s.tow <= min(iter_max, factor_max))
+
+
+def fits(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwConfig) -> bool:
+    """Whether `s` is a tiling of `L`'s kind that fits (`conv_fits` / `rows_fit`)."""
+    rows = sum(r.rows for r in rqs)
+    if isinstance(L, ConvLayer):
+        return isinstance(s, ConvSchedule) and conv_fits(L, s, rows, cfg)
+    return isinstance(s, RowSchedule) and rows_fit(L, s, rows, cfg)
 
 
 def _sizes(n: int) -> list[int]:
@@ -110,62 +171,320 @@ def conv_candidates(L: ConvLayer, table_rows: int, cfg: HwConfig) -> list[ConvSc
     return out
 
 
-def estimate_conv(L: ConvLayer, s: ConvSchedule, steps: int, table_rows: int,
-                  cfg: HwConfig) -> float:
-    """Cycles, analytically: per chunk the GEMM's micro-op iterations and the load's bus beats
-    (overlapped with two threads, added with one), per tile the requantisation, the store and a
-    fixed cost per instruction."""
+def row_candidates(L: Layer, table_rows: int, cfg: HwConfig) -> list[RowSchedule]:
+    """Every pooling / add tile that fits (see `rows_fit`), largest first."""
+    o = L.out
+    out = []
+    for t, tow, toh in itertools.product((2, 1), _sizes(o.w)[::-1], _sizes(o.h)[::-1]):
+        s = RowSchedule(toh, tow, t)
+        if rows_fit(L, s, table_rows, cfg):
+            out.append(s)
+    return out
+
+
+_LOAD, _COMPUTE, _STORE = 0, 1, 2
+
+
+class _Timeline:
+    """The model's state: when each unit is free, where fetch is, which micro-op kernels are
+    resident (as `driver.Session` keeps them: loaded on first use, all evicted when the next
+    does not fit)."""
+
+    def __init__(self, cfg: HwConfig) -> None:
+        self.cfg = cfg
+        self.latency = cfg.mem_read_latency_cycles
+        self.group = max(1, cfg.mem_max_burst_beats * cfg.bus_bytes // isa.INSN_BYTES)
+        self.group_cycles = self.beats(self.group * isa.INSN_BYTES) + self.latency
+        self.free = [0, 0, 0]
+        self.taken: list[deque[int]] = [deque(maxlen=cfg.cmd_queue_depth) for _ in range(3)]
+        self.fetch = 0  # the first cycle fetch can dispatch the next instruction
+        self.count = 0
+        self.resident: set[Hashable] = set()
+        self.uop_top = 0
+
+    def beats(self, nbytes: int) -> int:
+        return -(-nbytes // self.cfg.bus_bytes)
+
+    def transfer(self, rows: int, row_bytes: int, pad: int = 0) -> int:
+        """Cycles of a LOAD of `rows` rows of `row_bytes` and `pad` padding elements."""
+        return rows * self.beats(row_bytes) + self.latency + pad if rows else NOP_CYCLES + pad
+
+    def store(self, rows: int, row_bytes: int) -> int:
+        return STORE_SETUP_CYCLES + rows * self.beats(row_bytes)
+
+    def insn(self, unit: int, cycles: int, after: int = 0) -> int:
+        """Issue one instruction of `unit` taking `cycles` once started, popping a token visible
+        at `after`; returns its finish cycle."""
+        if self.count % self.group == 0:  # §3: a group's transfer, then one dispatch a cycle
+            self.fetch += self.group_cycles
+        queue = self.taken[unit]
+        dispatch = self.fetch
+        if len(queue) == queue.maxlen:  # the queue is full until its oldest entry is taken
+            dispatch = max(dispatch, queue[0] + 1)
+        self.fetch = dispatch + 1
+        self.count += 1
+        take = max(self.free[unit], dispatch + 1)
+        queue.append(take)
+        self.free[unit] = max(take, after) + cycles
+        return self.free[unit]
+
+    def kernel(self, key: Hashable, uops: int, cycles: int, after: int = 0) -> int:
+        """A GEMM/ALU of `cycles` over a kernel of `uops` micro-ops, loading it if needed."""
+        if key not in self.resident:
+            if self.uop_top + uops > self.cfg.uop_depth:
+                self.resident.clear()
+                self.uop_top = 0
+            self.resident.add(key)
+            self.uop_top += uops
+            self.insn(_COMPUTE, self.transfer(1, uops * self.cfg.uop_elem_bytes), after)
+            after = 0
+        return self.insn(_COMPUTE, cycles, after)
+
+    def requant(self, rq: RequantProgram, acc: int, blocks: int, rows: int, cols: int,
+                table: int) -> int:
+        """`codegen._requant`'s ALU steps."""
+        n = blocks * rows * cols
+        end = self.free[_COMPUTE]
+        for st in rq.steps:
+            if st.imm is not None:
+                end = self.kernel(("imm", int(st.op), st.imm, blocks * rows, cols, acc), 1,
+                                  alu_cycles(n, True))
+            else:
+                end = self.kernel(("row", int(st.op), st.row, blocks, rows, cols, acc, table),
+                                  blocks, alu_cycles(n, False))
+        return end
+
+    def finish(self) -> int:
+        """The end of the stream: compute waits for the last load and store, then FINISH."""
+        return self.insn(_COMPUTE, NOP_CYCLES, max(self.free))
+
+
+def estimate_conv(L: ConvLayer, s: ConvSchedule, rq: RequantProgram, cfg: HwConfig) -> int:
+    """Predicted cycles of `codegen.emit_conv` with tiling `s` as a stream of its own."""
     g = conv_geometry(L, cfg)
     kh, kw = L.kernel
     sh, sw = L.strides
-    latency = cfg.mem_read_latency_cycles
-    total = 0.0
-    for tb, th, tw in itertools.product(_parts(g.ob, s.tob), _parts(g.oh, s.toh),
-                                        _parts(g.ow, s.tow)):
+    taps, t = kh * kw, s.threads
+    tl = _Timeline(cfg)
+    chunks: list[int] = []  # compute's finish of each input chunk (frees its INP/WGT half)
+    stored: list[int] = []  # the store's finish of each tile (frees its ACC half)
+    for _, o0, oh0, ow0 in itertools.product(range(g.nb), range(0, g.ob, s.tob),
+                                             range(0, g.oh, s.toh), range(0, g.ow, s.tow)):
+        tb, th, tw = min(s.tob, g.ob - o0), min(s.toh, g.oh - oh0), min(s.tow, g.ow - ow0)
         in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
-        tile = 0.0
-        for ti in _parts(g.ib, s.tib):
-            gemm = tb * ti * kh * kw * th * tw + 5
-            beats = (ti * in_rows * in_cols * cfg.inp_elem_bytes
-                     + tb * ti * kh * kw * cfg.wgt_elem_bytes) / cfg.bus_bytes
-            load = beats + (ti + 1) * (latency + 4)
-            tile += max(gemm, load) if s.threads == 2 else gemm + load
-        n = tb * th * tw
-        tile += steps * (2 * n + 5) + table_rows * tb * cfg.acc_elem_bytes / cfg.bus_bytes
-        tile += n * cfg.out_elem_bytes / cfg.bus_bytes + th * tb * 2 + latency
-        total += tile
-    return total * g.nb
+        ih0, iw0 = oh0 * sh - L.pads[0], ow0 * sw - L.pads[1]
+        rows = min(ih0 + in_rows, g.h) - max(ih0, 0)
+        cols = min(iw0 + in_cols, g.w) - max(iw0, 0)
+        window = tl.transfer(rows, cols * cfg.inp_elem_bytes, in_rows * in_cols - rows * cols)
+        acc = len(stored) % t * (cfg.acc_depth // t)
+        acc_free = stored[-t] if len(stored) >= t else 0
+        for i0 in range(0, g.ib, s.tib):
+            ti = min(s.tib, g.ib - i0)
+            half = len(chunks) % t
+            inp, wgt = half * (cfg.inp_depth // t), half * (cfg.wgt_depth // t)
+            tl.insn(_LOAD, window, chunks[-t] if len(chunks) >= t else 0)
+            for _ in range(ti - 1):
+                tl.insn(_LOAD, window)
+            after = tl.insn(_LOAD, tl.transfer(tb, ti * taps * cfg.wgt_elem_bytes))
+            if i0 == 0:
+                tl.kernel(("reset", tb * th, tw, acc), 1, gemm_cycles(tb * th * tw),
+                          max(after, acc_free))
+                after = 0
+            chunks.append(tl.kernel(("gemm", tb, ti, th, tw, in_rows, in_cols, acc, inp, wgt),
+                                    tb * ti * taps, gemm_cycles(tb * ti * taps * th * tw),
+                                    after))
+        consts = acc + tb * th * tw
+        if rq.rows:
+            tl.insn(_COMPUTE, tl.transfer(1, tb * rq.rows * cfg.acc_elem_bytes))
+        ready = tl.requant(rq, acc, tb, th, tw, consts)
+        for oc in range(tb):
+            tl.insn(_STORE, tl.store(th, tw * cfg.out_elem_bytes), ready if oc == 0 else 0)
+        stored.append(tl.free[_STORE])
+    return tl.finish()
+
+
+def estimate_rows(L: Layer, s: RowSchedule, rqs: Sequence[RequantProgram],
+                  cfg: HwConfig) -> int:
+    """Predicted cycles of `codegen.emit_pool` / `emit_add` with tiling `s` as a stream of its
+    own."""
+    o = L.out
+    t = s.threads
+    e8 = cfg.elem_bytes(isa.MemType.ACC_8BIT)
+    tl = _Timeline(cfg)
+    stored: list[int] = []
+    blocks = o.n // cfg.batch * -(-o.c // cfg.block_out)
+    for _, oh0, ow0 in itertools.product(range(blocks), range(0, o.h, s.toh),
+                                         range(0, o.w, s.tow)):
+        th, tw = min(s.toh, o.h - oh0), min(s.tow, o.w - ow0)
+        acc = len(stored) % t * (cfg.acc_depth // t)
+        after = stored[-t] if len(stored) >= t else 0
+        if isinstance(L, PoolLayer):
+            x = L.inputs[0]
+            (kh, kw), (sh, sw) = L.kernel, L.strides
+            in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
+            ih0, iw0 = oh0 * sh - L.pads[0], ow0 * sw - L.pads[1]
+            rows = min(ih0 + in_rows, x.h) - max(ih0, 0)
+            cols = min(iw0 + in_cols, x.w) - max(iw0, 0)
+            tl.insn(_COMPUTE, tl.transfer(rows, cols * e8, in_rows * in_cols - rows * cols),
+                    after)
+            tl.kernel(("reset", th, tw, acc), 1, gemm_cycles(th * tw))
+            win = acc + th * tw
+            tl.kernel(("add", th, tw, in_cols, acc, win), 1, alu_cycles(th * tw, False))
+            if kh * kw > 1:
+                tl.kernel(("max", th, tw, in_cols, acc, win), kh * kw - 1,
+                          alu_cycles((kh * kw - 1) * th * tw, False))
+        else:
+            n = th * tw
+            tl.insn(_COMPUTE, tl.transfer(th, tw * e8), after)
+            tl.insn(_COMPUTE, tl.transfer(th, tw * e8))
+            row = acc + 2 * n
+            for k, rq in enumerate(rqs):
+                if k == 2:
+                    tl.kernel(("sum", th, tw, acc), 1, alu_cycles(n, False))
+                if rq.rows:
+                    tl.insn(_COMPUTE, tl.transfer(1, rq.rows * cfg.acc_elem_bytes))
+                tl.requant(rq, acc + n if k == 1 else acc, 1, th, tw, row)
+                row += rq.rows
+        stored.append(tl.insn(_STORE, tl.store(th, tw * cfg.out_elem_bytes),
+                              tl.free[_COMPUTE]))
+    return tl.finish()
+
+
+def estimate(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwConfig) -> int:
+    """Predicted cycles of layer `L` with tiling `s` (`rqs`: its requantisation programs)."""
+    if isinstance(L, ConvLayer):
+        assert isinstance(s, ConvSchedule)
+        return estimate_conv(L, s, rqs[0], cfg)
+    assert isinstance(s, RowSchedule)
+    return estimate_rows(L, s, rqs, cfg)
 
 
 def _parts(n: int, t: int) -> list[int]:
     return [min(t, n - k) for k in range(0, n, t)]
 
 
-def choose_conv(L: ConvLayer, steps: int, table_rows: int, cfg: HwConfig) -> ConvSchedule:
-    """The candidate with the lowest analytic estimate; `NoSchedule` if none fits."""
-    cands = conv_candidates(L, table_rows, cfg)
-    if not cands:
-        raise NoSchedule(f"layer {L.name!r}: no tiling of its {L.kernel[0]}x{L.kernel[1]} "
-                         f"convolution fits the buffers of {cfg.bitstream_name}")
-    return min(cands, key=lambda s: (estimate_conv(L, s, steps, table_rows, cfg), -s.threads))
+def _tiles(n: int, t: int, stride: int, k: int, pad: int, extent: int
+           ) -> list[tuple[int, int, int]]:
+    """The tiles of an output extent `n` cut by `t`: (outputs, input window, the part of the
+    window inside the input's `extent`)."""
+    out = []
+    for p0 in range(0, n, t):
+        m = min(t, n - p0)
+        win = (m - 1) * stride + k
+        i0 = p0 * stride - pad
+        out.append((m, win, min(i0 + win, extent) - max(i0, 0)))
+    return out
 
 
-def choose_rows(L: Layer, table_rows: int, cfg: HwConfig) -> RowSchedule:
-    """Pooling / add tiles: the most output rows (then columns) whose ACC use fits a half."""
+def _windows(tl: _Timeline, hs: list[tuple[int, int, int]], ws: list[tuple[int, int, int]],
+             elem_bytes: int) -> int:
+    """Sum over the (row tile, column tile) grid of `_Timeline.transfer` of the padded window
+    (rows x cols of data, the rest padding), in closed form."""
+    rows, cols = sum(h[2] for h in hs), sum(w[2] for w in ws)
+    return (rows * sum(tl.beats(w[2] * elem_bytes) for w in ws) + len(hs) * len(ws) * tl.latency
+            + sum(h[1] for h in hs) * sum(w[1] for w in ws) - rows * cols)
+
+
+def lower_bound(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwConfig) -> int:
+    """A lower bound of `estimate` in closed form (no pass over the tiles): the busiest unit's
+    instructions back to back, or fetch's time for the instructions counted. `candidates` ranks
+    by it first and runs the model only where the bound can beat the best found."""
+    tl = _Timeline(cfg)
     o = L.out
-    iter_max, factor_max = _limits(cfg)
-    for threads in (2, 1):
-        half = cfg.acc_depth // threads
-        for tow in sorted(_sizes(o.w), reverse=True):
-            for toh in sorted(_sizes(o.h), reverse=True):
-                if isinstance(L, PoolLayer):
-                    (kh, kw), (sh, sw) = L.kernel, L.strides
-                    in_rows, in_cols = (toh - 1) * sh + kh, (tow - 1) * sw + kw
-                    use = toh * tow + in_rows * in_cols
-                    ok = sh * in_cols <= factor_max
-                else:
-                    use, ok = 2 * toh * tow + table_rows, True
-                if ok and use <= half and toh <= iter_max and tow <= min(iter_max, factor_max):
-                    return RowSchedule(toh, tow, threads)
-    raise NoSchedule(f"layer {L.name!r}: not even one output row fits ACC of "
-                     f"{cfg.bitstream_name}")
+    imm = sum(st.imm is not None for r in rqs for st in r.steps)
+    alu = 2 * sum(len(r.steps) for r in rqs) - imm  # cycles per element of the requantisation
+    steps = sum(len(r.steps) for r in rqs)
+    if isinstance(L, ConvLayer):
+        assert isinstance(s, ConvSchedule)
+        g = conv_geometry(L, cfg)
+        (kh, kw), (sh, sw), taps = L.kernel, L.strides, L.kernel[0] * L.kernel[1]
+        hs = _tiles(g.oh, s.toh, sh, kh, L.pads[0], g.h)
+        ws = _tiles(g.ow, s.tow, sw, kw, L.pads[1], g.w)
+        bs, chunks = _parts(g.ob, s.tob), _parts(g.ib, s.tib)
+        planes = len(hs) * len(ws)
+        tiles = g.nb * len(bs) * planes
+        rows = rqs[0].rows
+        load = g.nb * (len(bs) * g.ib * _windows(tl, hs, ws, cfg.inp_elem_bytes) + planes * sum(
+            tl.transfer(tb, ti * taps * cfg.wgt_elem_bytes) for tb in bs for ti in chunks))
+        elems = g.nb * g.ob * g.oh * g.ow
+        compute = (elems * (1 + g.ib * taps + alu) + tiles * 5 * (1 + len(chunks) + steps)
+                   + (g.nb * planes * sum(tl.transfer(1, tb * rows * cfg.acc_elem_bytes)
+                                          for tb in bs) if rows else 0))
+        stores = g.nb * g.ob * planes
+        insns = tiles * (g.ib + 2 * len(chunks) + 1 + steps + bool(rows)) + stores
+        blocks, oh, ws_out = g.nb * g.ob, g.oh, ws
+    else:
+        assert isinstance(s, RowSchedule)
+        blocks = o.n // cfg.batch * -(-o.c // cfg.block_out)
+        e8 = cfg.elem_bytes(isa.MemType.ACC_8BIT)
+        if isinstance(L, PoolLayer):
+            x = L.inputs[0]
+            (kh, kw), (sh, sw) = L.kernel, L.strides
+            hs = _tiles(o.h, s.toh, sh, kh, L.pads[0], x.h)
+            ws = _tiles(o.w, s.tow, sw, kw, L.pads[1], x.w)
+            taps = kh * kw
+            per_elem, per_tile = 1 + 2 * taps, 5 * (3 if taps > 1 else 2)
+            loads = blocks * _windows(tl, hs, ws, e8)
+            tile_insns = 4 + (taps > 1)
+        else:
+            hs = _tiles(o.h, s.toh, 1, 1, 0, o.h)
+            ws = _tiles(o.w, s.tow, 1, 1, 0, o.w)
+            per_elem, per_tile = 2 + alu, 5 * (1 + steps)
+            loads = 2 * blocks * _windows(tl, hs, ws, e8) + blocks * len(hs) * len(ws) * sum(
+                tl.transfer(1, r.rows * cfg.acc_elem_bytes) for r in rqs if r.rows)
+            tile_insns = 4 + steps + sum(bool(r.rows) for r in rqs)
+        tiles = blocks * len(hs) * len(ws)
+        compute = loads + blocks * o.h * o.w * per_elem + tiles * per_tile
+        load, stores, insns = 0, tiles, tiles * tile_insns
+        oh, ws_out = o.h, ws
+    store = stores * STORE_SETUP_CYCLES + blocks * oh * sum(
+        tl.beats(w[0] * cfg.out_elem_bytes) for w in ws_out)
+    fetch = -(-insns // tl.group) * tl.group_cycles + insns
+    return max(load, compute, store, fetch)
+
+
+def candidates(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig,
+               keep: int | None = None) -> list[tuple[Schedule, int]]:
+    """The tilings of `L` that fit with their predicted cycles, fastest first (ties: two
+    threads, then the enumeration's order): all of them, or the first `keep` (which skips the
+    model where `lower_bound` says a tiling cannot be among them). `NoSchedule` if none fits."""
+    cands: list[Schedule] = []
+    if isinstance(L, ConvLayer):
+        cands.extend(conv_candidates(L, rqs[0].rows, cfg))
+        if not cands:
+            raise NoSchedule(f"layer {L.name!r}: no tiling of its {L.kernel[0]}x{L.kernel[1]} "
+                             f"convolution fits the buffers of {cfg.bitstream_name}")
+    else:
+        cands.extend(row_candidates(L, sum(r.rows for r in rqs), cfg))
+        if not cands:
+            raise NoSchedule(f"layer {L.name!r}: not even one output row fits ACC of "
+                             f"{cfg.bitstream_name}")
+    if keep is None:
+        scored = [(estimate(L, s, rqs, cfg), -s.threads, i) for i, s in enumerate(cands)]
+        scored.sort()
+    else:
+        bounds = sorted((lower_bound(L, s, rqs, cfg), i) for i, s in enumerate(cands))
+        scored = []
+        for bound, i in bounds:
+            if len(scored) >= keep and bound > scored[keep - 1][0]:
+                break  # the bounds left are no lower: nothing after can enter the first `keep`
+            bisect.insort(scored, (estimate(L, cands[i], rqs, cfg), -cands[i].threads, i))
+            del scored[keep:]
+    return [(cands[i], e) for e, _, i in scored]
+
+
+def choose(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig) -> Schedule:
+    """The tiling with the lowest predicted cycles."""
+    return candidates(L, rqs, cfg, keep=1)[0][0]
+
+
+def choose_conv(L: ConvLayer, rq: RequantProgram, cfg: HwConfig) -> ConvSchedule:
+    s = choose(L, (rq,), cfg)
+    assert isinstance(s, ConvSchedule)
+    return s
+
+
+def choose_rows(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig) -> RowSchedule:
+    s = choose(L, rqs, cfg)
+    assert isinstance(s, RowSchedule)
+    return s
