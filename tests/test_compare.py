@@ -251,3 +251,22 @@ def test_run_device_needs_an_accelerator_artifact(tmp_path):
     assert r.exit_code == 2
     assert "runs on ['cpu'] only; --device applies to an artifact compiled with --target vta" \
         in r.output
+
+
+def test_tune_command_writes_a_log_that_compile_reuses(tmp_path):
+    model, calib, log = tmp_path / "d.onnx", tmp_path / "c.npz", tmp_path / "t.jsonl"
+    onnx.save(digits.load_model(), model)
+    np.savez(calib, x=digits.calibration_set()[:8])
+    r = CliRunner().invoke(main, ["tune", str(model), "--calib", str(calib), "--log", str(log),
+                                  "--top-k", "2"])
+    assert r.exit_code == 0, r.output
+    assert "predicted" in r.output and "simulated" in r.output
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 6
+    out = tmp_path / "m.vtak"
+    r = CliRunner().invoke(main, ["compile", str(model), "--target", "vta", "--quantize",
+                                  "--calib", str(calib), "--tuning-log", str(log), "-o",
+                                  str(out)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["disasm", str(out)])
+    assert r.exit_code == 0 and "; region 0:" in r.output and "LOAD.INP" in r.output

@@ -468,6 +468,36 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
                f"{m['steps']} steps ({by}), compiled in {m['compile_seconds']:.2f} s")
 
 
+@main.command("tune")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--config", "hw_config", default="default", show_default=True,
+              metavar="NAME|FILE.json", help="The accelerator's configuration.")
+@click.option("--calib", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Calibration data (.npz or a directory of .npy) to quantise with; without "
+                   "it the model must already be quantised (QDQ).")
+@click.option("--log", "log", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Tuning log (JSON lines) to write or extend; compile reads it with "
+                   "--tuning-log.")
+@click.option("--top-k", type=click.IntRange(min=1), default=6, show_default=True,
+              help="Best-predicted tilings per layer to simulate.")
+def tune_cmd(model: Path, hw_config: str, calib: Path | None, log: Path, top_k: int) -> None:
+    """Search each accelerator layer's tiling on the cycle-accurate simulator and log the
+    fastest (predicted vs simulated cycles per layer)."""
+    from vtakit.compiler.backend.vta.tune import tune_model
+
+    def progress(done: int, total: int, record: object) -> None:
+        click.echo(f"  [{done}/{total}] {getattr(record, 'layer', '')}: "
+                   f"{getattr(record, 'simulated_cycles', '?')} cycles", err=True)
+
+    try:
+        report = tune_model(model, config=hw_config, log=log, calib=calib,
+                            quantize=calib is not None, top_k=top_k, progress=progress)
+    except (TypeError, ValueError, OSError) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(report.table())
+    click.echo(f"wrote {log}")
+
+
 @main.command("quantize")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
