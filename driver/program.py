@@ -76,6 +76,13 @@ class UopKernel:
                        self.use_imm, self.imm)).encode())
         return h.hexdigest()[:16]
 
+    @property
+    def uop_signature(self) -> str:
+        """Hash of the micro-ops alone, what a LOAD puts in the UOP SRAM: kernels that differ
+        only in loops or ALU fields (which live in the GEMM/ALU instruction) share one load."""
+        return hashlib.sha256(np.ascontiguousarray(self.uops, dtype=np.int64).tobytes()
+                              ).hexdigest()[:16]
+
     def describe(self) -> str:
         """One line: mode fields, loops and the first micro-ops (for error messages)."""
         head = ", ".join(f"({d}, {s}, {w})" for d, s, w in self.uops[:3].tolist())

@@ -22,7 +22,8 @@ instruction can carry the flag. :meth:`Session.synchronize` makes compute wait f
 and store stages, appends FINISH, links the stream to the buffers' addresses and runs it.
 
 Micro-op kernels are recorded once per key (:meth:`Session.uop_kernel`) and kept resident in
-the UOP SRAM across runs; a LOAD of micro-ops is emitted only when a kernel is not resident.
+the UOP SRAM across runs; a LOAD of micro-ops is emitted only when a kernel's micro-ops are not
+resident (kernels that differ only in their loops or ALU operation share them).
 """
 
 from __future__ import annotations
@@ -358,7 +359,7 @@ class Session:
         return fresh
 
     def _make_resident(self, kernel: UopKernel) -> int:
-        sig = kernel.signature
+        sig = kernel.uop_signature
         if sig in self._resident:
             return self._resident[sig]
         n = len(kernel.uops)

@@ -122,7 +122,7 @@ def test_uop_kernels_stay_resident_across_runs():
 def test_uop_eviction_when_sram_is_full():
     cfg = preset("ice40")  # 512 micro-ops
     s = Session(RecordingDevice(cfg))
-    kernels = [s.uop_kernel(i, lambda b, i=i: [b.push(j % 4) for j in range(200)]
+    kernels = [s.uop_kernel(i, lambda b, i=i: [b.push(j % 4 + i) for j in range(200)]
                             and None, mode="alu", imm=i) for i in range(3)]
     for k in kernels:
         s.alu(k)

@@ -229,7 +229,10 @@ class _Timeline:
         return self.free[unit]
 
     def kernel(self, key: Hashable, uops: int, cycles: int, after: int = 0) -> int:
-        """A GEMM/ALU of `cycles` over a kernel of `uops` micro-ops, loading it if needed."""
+        """A GEMM/ALU of `cycles` over a kernel of `uops` micro-ops, loading them if needed.
+        `key` stands for the micro-ops themselves (the driver keeps them resident by content:
+        kernels that differ only in loops or ALU operation share one load): a tuple of
+        (dst, src, wgt), or a tag and the parameters that determine them."""
         if key not in self.resident:
             if self.uop_top + uops > self.cfg.uop_depth:
                 self.resident.clear()
@@ -247,11 +250,10 @@ class _Timeline:
         end = self.free[_COMPUTE]
         for st in rq.steps:
             if st.imm is not None:
-                end = self.kernel(("imm", int(st.op), st.imm, blocks * rows, cols, acc), 1,
-                                  alu_cycles(n, True))
+                end = self.kernel(((acc, acc, 0),), 1, alu_cycles(n, True))
             else:
-                end = self.kernel(("row", int(st.op), st.row, blocks, rows, cols, acc, table),
-                                  blocks, alu_cycles(n, False))
+                end = self.kernel(tuple((acc + b * rows * cols, table + b * rq.rows + st.row, 0)
+                                        for b in range(blocks)), blocks, alu_cycles(n, False))
         return end
 
     def finish(self) -> int:
@@ -287,10 +289,10 @@ def estimate_conv(L: ConvLayer, s: ConvSchedule, rq: RequantProgram, cfg: HwConf
                 tl.insn(_LOAD, window)
             after = tl.insn(_LOAD, tl.transfer(tb, ti * taps * cfg.wgt_elem_bytes))
             if i0 == 0:
-                tl.kernel(("reset", tb * th, tw, acc), 1, gemm_cycles(tb * th * tw),
+                tl.kernel(((acc, 0, 0),), 1, gemm_cycles(tb * th * tw),
                           max(after, acc_free))
                 after = 0
-            chunks.append(tl.kernel(("gemm", tb, ti, th, tw, in_rows, in_cols, acc, inp, wgt),
+            chunks.append(tl.kernel(("gemm", tb, ti, th * tw, in_rows, in_cols, acc, inp, wgt),
                                     tb * ti * taps, gemm_cycles(tb * ti * taps * th * tw),
                                     after))
         consts = acc + tb * th * tw
@@ -327,11 +329,11 @@ def estimate_rows(L: Layer, s: RowSchedule, rqs: Sequence[RequantProgram],
             cols = min(iw0 + in_cols, x.w) - max(iw0, 0)
             tl.insn(_COMPUTE, tl.transfer(rows, cols * e8, in_rows * in_cols - rows * cols),
                     after)
-            tl.kernel(("reset", th, tw, acc), 1, gemm_cycles(th * tw))
+            tl.kernel(((acc, 0, 0),), 1, gemm_cycles(th * tw))
             win = acc + th * tw
-            tl.kernel(("add", th, tw, in_cols, acc, win), 1, alu_cycles(th * tw, False))
+            tl.kernel(((acc, win, 0),), 1, alu_cycles(th * tw, False))
             if kh * kw > 1:
-                tl.kernel(("max", th, tw, in_cols, acc, win), kh * kw - 1,
+                tl.kernel(("max", in_cols, kh, kw, acc, win), kh * kw - 1,
                           alu_cycles((kh * kw - 1) * th * tw, False))
         else:
             n = th * tw
@@ -340,7 +342,7 @@ def estimate_rows(L: Layer, s: RowSchedule, rqs: Sequence[RequantProgram],
             row = acc + 2 * n
             for k, rq in enumerate(rqs):
                 if k == 2:
-                    tl.kernel(("sum", th, tw, acc), 1, alu_cycles(n, False))
+                    tl.kernel(((acc, acc + n, 0),), 1, alu_cycles(n, False))
                 if rq.rows:
                     tl.insn(_COMPUTE, tl.transfer(1, rq.rows * cfg.acc_elem_bytes))
                 tl.requant(rq, acc + n if k == 1 else acc, 1, th, tw, row)
