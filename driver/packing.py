@@ -15,7 +15,7 @@ import numpy as np
 from vtakit.vta_hw.config import HwConfig
 
 __all__ = ["round_up", "pack_act", "unpack_act", "pack_mat", "unpack_mat", "pack_conv_weights",
-           "act_shape"]
+           "act_shape", "im2col"]
 
 
 def round_up(x: int, m: int) -> int:
@@ -83,3 +83,19 @@ def pack_conv_weights(wt: np.ndarray, cfg: HwConfig) -> np.ndarray:
     full[:o, :i] = wt
     return np.ascontiguousarray(
         full.reshape(op // bo, bo, ip // bi, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3))
+
+
+def im2col(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, pl: int, pb: int,
+           pr: int) -> np.ndarray:
+    """(N, C, H, W) -> (N, C*KH*KW, OH, OW): channel ``(c*KH + ky)*KW + kx`` of output pixel
+    (oy, ox) is input (c, oy*sh + ky - pt, ox*sw + kx - pl), zero outside: a KHxKW convolution
+    of `x` is a 1x1 convolution of the result with the weights reshaped to (O, C*KH*KW)."""
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    cols = np.empty((n, c, kh, kw, oh, ow), x.dtype)
+    for ky in range(kh):
+        for kx in range(kw):
+            rows = slice(ky, ky + sh * (oh - 1) + 1, sh)
+            cols[:, :, ky, kx] = xp[:, :, rows, kx:kx + sw * (ow - 1) + 1:sw]
+    return cols.reshape(n, c * kh * kw, oh, ow)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from vtakit.driver.device import Device, RunResult
-from vtakit.driver.packing import pack_act, pack_mat, unpack_act, unpack_mat
+from vtakit.driver.packing import im2col, pack_act, pack_mat, unpack_act, unpack_mat
 from vtakit.driver.program import Program
 from vtakit.driver.session import DeviceArray, Session
 from vtakit.vta_hw.config import HwConfig
@@ -74,7 +74,7 @@ class _Region:
     program: Program
     layer_programs: list[Program | None]
     arrays: dict[str, DeviceArray]
-    inputs: list[tuple[DeviceArray, np.ndarray, bool, int]]   # array, host view, matrix, c
+    inputs: list[tuple[DeviceArray, np.ndarray, bool, int, tuple[int, ...]]]  # + im2col
     outputs: list[tuple[DeviceArray, np.ndarray, bool, int, str]]
     layers: list[dict[str, Any]]
     last: RunResult | None = None
@@ -155,7 +155,8 @@ class VtaRunner(Runner):
                 arr.copyfrom(np.ascontiguousarray(params[slot]))
             arrays[slot] = arr
         ins = [(arrays[m["slot"]], memory.view(tuple(m["arg"]), "int8", tuple(m["shape"])),
-                bool(m["matrix"]), int(m["channels"])) for m in meta["inputs"]]
+                bool(m["matrix"]), int(m["channels"]), tuple(m.get("im2col", ())))
+               for m in meta["inputs"]]
         outs = [(arrays[m["slot"]], memory.view(tuple(m["arg"]), "int8", tuple(m["shape"])),
                  bool(m["matrix"]), int(m["channels"]), m["layer"]) for m in meta["outputs"]]
         layer_programs = [programs.get(lm["program"]) if "program" in lm else None
@@ -165,7 +166,9 @@ class VtaRunner(Runner):
 
     # ---- running ------------------------------------------------------------------------
     def _pack_inputs(self, reg: _Region) -> None:
-        for arr, host, matrix, c in reg.inputs:
+        for arr, host, matrix, c, patches in reg.inputs:
+            if patches:  # the input of a convolution run as a 1x1 over its patches
+                host = im2col(host, *patches)
             packed = pack_mat(host.reshape(-1, c), self.cfg) if matrix else \
                 pack_act(host, self.cfg)
             arr.copyfrom(packed)

@@ -46,6 +46,9 @@ def test_digits_cnn_runs_wholly_on_the_accelerator_and_bit_exact():
     assert [lm["kind"] for lm in meta["regions"][0]["layers"]] == [
         "conv2d", "conv2d", "max_pool", "conv2d", "dense", "dense"]
     assert [s.backend for s in plan.steps] == ["cpu"] + ["vta"] * 6 + ["cpu"]
+    # the 1-channel first layer runs as a 1x1 convolution over its 3x3 patches (im2col)
+    (inp,) = meta["regions"][0]["inputs"]
+    assert inp["im2col"] == [3, 3, 1, 1, 1, 1, 1, 1]
     x, y = digits.test_split()
     _same(ec, ev, [x[i:i + 1] for i in range(12)])
     cycles = ev.runners["vta"].last_runs[0].cycles

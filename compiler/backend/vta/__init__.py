@@ -218,28 +218,33 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
         slots[slot] = {"shape": list(shape), "dtype": dtype, "param": param}
         return slot
 
-    def act(node: Node) -> str:
+    def act(node: Node, operand: Any = None) -> str:
         if id(node) not in act_slot:
-            dims = node_dims(node, cfg)
+            dims = (operand.n, operand.c, operand.h, operand.w) if operand is not None \
+                and operand.im2col else node_dims(node, cfg)
             assert dims is not None
             act_slot[id(node)] = alloc(f"a{len(act_slot)}", act_shape(cfg, *dims), "int8", False)
         return act_slot[id(node)]
 
-    def host(node: Node, arg: Any) -> dict[str, Any]:
-        """How the runtime packs / unpacks the value of `node` (by its own shape)."""
-        return {"slot": act_slot[id(node)], "arg": list(arg), "shape": list(node.shape),
+    def host(node: Node, arg: Any, operand: Any = None) -> dict[str, Any]:
+        """How the runtime packs / unpacks the value of `node` (by its own shape; an im2col
+        input by its patches)."""
+        meta = {"slot": act_slot[id(node)], "arg": list(arg), "shape": list(node.shape),
                 "matrix": node.rank != 4, "channels": int(node.shape[1 if node.rank == 4
-                                                                    else -1])}
+                                                                     else -1])}
+        if operand is not None and operand.im2col:
+            meta["im2col"] = list(operand.im2col)
+        return meta
 
     codes: list[LayerCode] = []
     for L in region.layers:
         ins = []
         for opnd in L.inputs:
-            slot = act(opnd.node)
+            slot = act(opnd.node, opnd)
             ins.append(slot)
             if id(opnd.node) not in produced and not any(
                     m["slot"] == slot for m in inputs_meta):
-                inputs_meta.append(host(opnd.node, plan.ptr(opnd.node)))
+                inputs_meta.append(host(opnd.node, plan.ptr(opnd.node), opnd))
         out = act(L.out.node)
         code = LayerCode(ins, out)
         if isinstance(L, ConvLayer):

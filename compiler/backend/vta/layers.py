@@ -45,6 +45,7 @@ class Operand:
     c: int
     h: int
     w: int
+    im2col: tuple[int, ...] = ()  # kh, kw, sh, sw, pad top, left, bottom, right (see _im2col)
 
 
 def node_dims(n: Node, cfg: HwConfig) -> tuple[int, int, int, int] | None:
@@ -183,7 +184,34 @@ def find_layers(g: Graph, cfg: HwConfig) -> tuple[list[Layer], dict[str, str]]:
             continue
         claimed.update(id(m) for m in layer.nodes)
         layers.append(layer)
+    made = {id(L.out.node) for L in layers}
+    layers = [_im2col(L, users, cfg) if isinstance(L, ConvLayer) and id(L.inputs[0].node)
+              not in made else L for L in layers]
     return layers, why
+
+
+def _im2col(L: ConvLayer, users: dict[Node, list[Node]], cfg: HwConfig) -> ConvLayer:
+    """A convolution over few channels whose input comes from the host (a graph input, or a
+    value the CPU makes) becomes a 1x1 convolution over its patches: the runtime packs the
+    input's ``C*KH*KW`` patch values of every output pixel as channels (im2col), so the GEMM
+    core is not ``block_in / C`` idle (ResNet's 3-channel 7x7 stem, the digits CNN's 1-channel
+    first layer). Kept as it is when that saves less than half the GEMM work."""
+    x = L.inputs[0]
+    kh, kw = L.kernel
+    if x.im2col or len(users.get(x.node, [])) != 1 or x.node.rank != 4:
+        return L
+    bi = cfg.block_in
+    direct = -(-x.c // bi) * kh * kw
+    patched = -(-(x.c * kh * kw) // bi)
+    if 2 * patched > direct:
+        return L
+    o = L.out
+    weight = L.weight.reshape(L.weight.shape[0], -1)[:, :, None, None]  # (O, C*KH*KW, 1, 1)
+    spec = (kh, kw, *L.strides, *L.pads)
+    xin = Operand(x.node, x.n, x.c * kh * kw, o.h, o.w, im2col=spec)
+    return ConvLayer(L.name, L.kind, L.nodes, [xin], o, weight=np.ascontiguousarray(weight),
+                     kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), requant=L.requant,
+                     bias=L.bias)
 
 
 def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
