@@ -157,3 +157,28 @@ def test_clamped_requantisation_is_bit_exact_too():
     cpu = lower_model(m, target="cpu", quantize=q, calib=calib)
     vta = lower_model(m, target="vta", quantize=q, calib=calib)
     _same(GraphExecutor(cpu), GraphExecutor(vta), _random_inputs(m, 2, 1))
+
+
+@pytest.mark.parametrize("sched, loads", [
+    ({"threads": 2, "order": 1}, {"INP": 8, "WGT": 4}),   # each WGT half keeps its group
+    ({"threads": 2, "order": 2}, {"INP": 8, "WGT": 2}),   # the two groups alternate halves
+    ({"threads": 1, "order": 2}, {"INP": 4, "WGT": 8}),   # the input window stays for both
+    ({"threads": 1, "order": 1}, {"INP": 8, "WGT": 2}),   # the group's weights stay
+])
+def test_loads_of_data_a_half_already_holds_are_skipped(sched, loads):
+    """conv3x3_2 of the digits CNN (16 -> 32 channels, 8x8) in 4 row tiles x 2 channel
+    groups: the loop order decides what stays on chip; the result never changes."""
+    from vtakit.vta_hw import isa
+
+    forced = {"conv3x3_2": dict(toh=2, tow=8, tob=1, tib=1, **sched)}
+    ec, ev, plan = _pair(digits.load_model(), digits.calibration_set(),
+                         {"schedules": forced})
+    k = [lm["name"] for lm in plan.sections["vta"].meta["regions"][0]["layers"]].index(
+        "conv3x3_2")
+    prog = plan.sections["vta"].live["programs"][f"region0_layer{k}.npz"]
+    counts = {m: sum(1 for i in prog.insns() if isinstance(i, isa.MemInsn) and i.x_size
+                     and i.opcode == isa.Opcode.LOAD and i.memory_type == isa.MemType[m])
+              for m in ("INP", "WGT")}
+    assert counts == loads
+    x, _ = digits.test_split()
+    _same(ec, ev, [x[i:i + 1] for i in range(3)])

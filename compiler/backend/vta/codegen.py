@@ -25,7 +25,7 @@ from vtakit.vta_hw import isa
 
 from .layers import AddLayer, ConvLayer, Layer, PoolLayer
 from .requant import RequantProgram
-from .schedule import ConvSchedule, RowSchedule, conv_geometry
+from .schedule import ConvSchedule, RowSchedule, conv_geometry, conv_tiles
 
 M, A = isa.MemType, isa.AluOp
 
@@ -102,8 +102,10 @@ def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram
     sh, sw = L.strides
     taps = kh * kw
     vt = VirtualThreads(sess, sch.threads)
-    for n0, o0, oh0, ow0 in itertools.product(range(g.nb), range(0, g.ob, sch.tob),
-                                              range(0, g.oh, sch.toh), range(0, g.ow, sch.tow)):
+    # what each INP / WGT half holds: a load of the same data into the same half is skipped
+    held_inp: list[tuple[int, ...] | None] = [None] * sch.threads
+    held_wgt: list[tuple[int, ...] | None] = [None] * sch.threads
+    for n0, o0, oh0, ow0 in conv_tiles(g, sch):
         tb, th, tw = min(sch.tob, g.ob - o0), min(sch.toh, g.oh - oh0), min(sch.tow, g.ow - ow0)
         in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
         ih0, iw0 = oh0 * sh - L.pads[0], ow0 * sw - L.pads[1]
@@ -114,11 +116,16 @@ def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram
                 ti = min(sch.tib, g.ib - i0)
                 with vt.load() as b:
                     inp, wgt = vt.half(cfg.inp_depth, b), vt.half(cfg.wgt_depth, b)
-                    for ci in range(ti):
-                        _load_window(sess, x, (n0 * g.ib + i0 + ci) * g.h * g.w, g.h, g.w, ih0,
-                                     iw0, in_rows, in_cols, inp + ci * in_rows * in_cols, M.INP)
-                    sess.load_2d(wt, (o0 * g.ib + i0) * taps, x_size=ti * taps, y_size=tb,
-                                 x_stride=g.ib * taps, sram_base=wgt, memory_type=M.WGT)
+                    if held_inp[b] != (n0, i0, oh0, ow0, ti):
+                        held_inp[b] = (n0, i0, oh0, ow0, ti)
+                        for ci in range(ti):
+                            _load_window(sess, x, (n0 * g.ib + i0 + ci) * g.h * g.w, g.h, g.w,
+                                         ih0, iw0, in_rows, in_cols,
+                                         inp + ci * in_rows * in_cols, M.INP)
+                    if held_wgt[b] != (o0, i0, tb, ti):
+                        held_wgt[b] = (o0, i0, tb, ti)
+                        sess.load_2d(wt, (o0 * g.ib + i0) * taps, x_size=ti * taps, y_size=tb,
+                                     x_stride=g.ib * taps, sram_base=wgt, memory_type=M.WGT)
                 with vt.compute():
                     if i0 == 0:
                         sess.gemm(_kernel(sess, [(tb * th, tw, 0, 0), (tw, 1, 0, 0)],

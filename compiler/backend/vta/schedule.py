@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -46,15 +46,21 @@ class NoSchedule(ValueError):
 
 @dataclass(frozen=True)
 class ConvSchedule:
+    """``order`` 1: output-channel groups outer, spatial tiles inner (a group's weights stay in
+    their WGT half while its tiles pass); 2: spatial tiles outer (a tile's input window stays in
+    its INP half while the output-channel groups pass). A load whose data its half already
+    holds is skipped (`codegen.emit_conv`)."""
+
     toh: int
     tow: int
     tob: int
     tib: int
     threads: int = 2
+    order: int = 1
 
     def to_json(self) -> dict[str, int]:
         return {"toh": self.toh, "tow": self.tow, "tob": self.tob, "tib": self.tib,
-                "threads": self.threads}
+                "threads": self.threads, "order": self.order}
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def schedule_from_json(L: Layer, fields: dict[str, int]) -> Schedule:
         ConvSchedule if isinstance(L, ConvLayer) else RowSchedule)
     want = set(cls.__dataclass_fields__)
     got = set(fields)
-    if not want - {"threads"} <= got <= want or not all(
+    if not want - {"threads", "order"} <= got <= want or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in fields.values()):
         raise ValueError(f"layer {L.name!r} ({L.kind}): schedule {fields} is not a "
                          f"{cls.__name__} (expected positive integers {sorted(want)})")
@@ -117,7 +123,7 @@ def conv_fits(L: ConvLayer, s: ConvSchedule, table_rows: int, cfg: HwConfig) -> 
     t = s.threads
     iter_max, factor_max = _limits(cfg)
     g = conv_geometry(L, cfg)
-    return (t in (1, 2)
+    return (t in (1, 2) and s.order in (1, 2)
             and s.tib * in_rows * in_cols <= cfg.inp_depth // t
             and s.tob * s.tib * kh * kw <= cfg.wgt_depth // t
             and s.tob * (s.toh * s.tow + table_rows) <= cfg.acc_depth // t
@@ -168,6 +174,8 @@ def conv_candidates(L: ConvLayer, table_rows: int, cfg: HwConfig) -> list[ConvSc
         s = ConvSchedule(toh, tow, tob, tib, t)
         if conv_fits(L, s, table_rows, cfg):
             out.append(s)
+            if tob < g.ob:  # more than one output-channel group: the other order differs
+                out.append(ConvSchedule(toh, tow, tob, tib, t, order=2))
     return out
 
 
@@ -261,6 +269,19 @@ class _Timeline:
         return self.insn(_COMPUTE, NOP_CYCLES, max(self.free))
 
 
+def conv_tiles(g: ConvGeometry, s: ConvSchedule) -> Iterator[tuple[int, int, int, int]]:
+    """(batch block, first output-channel block, first row, first column) of every tile, in
+    the schedule's order (shared by `codegen.emit_conv` and the model)."""
+    groups, rows, cols = range(0, g.ob, s.tob), range(0, g.oh, s.toh), range(0, g.ow, s.tow)
+    for n0 in range(g.nb):
+        if s.order == 2:
+            for oh0, ow0, o0 in itertools.product(rows, cols, groups):
+                yield n0, o0, oh0, ow0
+        else:
+            for o0, oh0, ow0 in itertools.product(groups, rows, cols):
+                yield n0, o0, oh0, ow0
+
+
 def estimate_conv(L: ConvLayer, s: ConvSchedule, rq: RequantProgram, cfg: HwConfig) -> int:
     """Predicted cycles of `codegen.emit_conv` with tiling `s` as a stream of its own."""
     g = conv_geometry(L, cfg)
@@ -270,8 +291,9 @@ def estimate_conv(L: ConvLayer, s: ConvSchedule, rq: RequantProgram, cfg: HwConf
     tl = _Timeline(cfg)
     chunks: list[int] = []  # compute's finish of each input chunk (frees its INP/WGT half)
     stored: list[int] = []  # the store's finish of each tile (frees its ACC half)
-    for _, o0, oh0, ow0 in itertools.product(range(g.nb), range(0, g.ob, s.tob),
-                                             range(0, g.oh, s.toh), range(0, g.ow, s.tow)):
+    held_inp: list[tuple[int, ...] | None] = [None] * t
+    held_wgt: list[tuple[int, ...] | None] = [None] * t
+    for n0, o0, oh0, ow0 in conv_tiles(g, s):
         tb, th, tw = min(s.tob, g.ob - o0), min(s.toh, g.oh - oh0), min(s.tow, g.ow - ow0)
         in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
         ih0, iw0 = oh0 * sh - L.pads[0], ow0 * sw - L.pads[1]
@@ -284,10 +306,19 @@ def estimate_conv(L: ConvLayer, s: ConvSchedule, rq: RequantProgram, cfg: HwConf
             ti = min(s.tib, g.ib - i0)
             half = len(chunks) % t
             inp, wgt = half * (cfg.inp_depth // t), half * (cfg.wgt_depth // t)
-            tl.insn(_LOAD, window, chunks[-t] if len(chunks) >= t else 0)
-            for _ in range(ti - 1):
-                tl.insn(_LOAD, window)
-            after = tl.insn(_LOAD, tl.transfer(tb, ti * taps * cfg.wgt_elem_bytes))
+            wait = chunks[-t] if len(chunks) >= t else 0
+            after = 0
+            if held_inp[half] != (n0, i0, oh0, ow0, ti):
+                held_inp[half] = (n0, i0, oh0, ow0, ti)
+                for k in range(ti):
+                    after = tl.insn(_LOAD, window, wait if k == 0 else 0)
+                wait = 0
+            if held_wgt[half] != (o0, i0, tb, ti):
+                held_wgt[half] = (o0, i0, tb, ti)
+                after = tl.insn(_LOAD, tl.transfer(tb, ti * taps * cfg.wgt_elem_bytes), wait)
+                wait = 0
+            if wait or after == 0:  # nothing loaded: a NOP carries the chunk's tokens
+                after = tl.insn(_LOAD, NOP_CYCLES, wait)
             if i0 == 0:
                 tl.kernel(((acc, 0, 0),), 1, gemm_cycles(tb * th * tw),
                           max(after, acc_free))
@@ -406,14 +437,15 @@ def lower_bound(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwCon
         planes = len(hs) * len(ws)
         tiles = g.nb * len(bs) * planes
         rows = rqs[0].rows
-        load = g.nb * (len(bs) * g.ib * _windows(tl, hs, ws, cfg.inp_elem_bytes) + planes * sum(
+        # every input window and weight block loaded at least once (a half may keep either)
+        load = g.nb * (g.ib * _windows(tl, hs, ws, cfg.inp_elem_bytes) + sum(
             tl.transfer(tb, ti * taps * cfg.wgt_elem_bytes) for tb in bs for ti in chunks))
         elems = g.nb * g.ob * g.oh * g.ow
         compute = (elems * (1 + g.ib * taps + alu) + tiles * 5 * (1 + len(chunks) + steps)
                    + (g.nb * planes * sum(tl.transfer(1, tb * rows * cfg.acc_elem_bytes)
                                           for tb in bs) if rows else 0))
         stores = g.nb * g.ob * planes
-        insns = tiles * (g.ib + 2 * len(chunks) + 1 + steps + bool(rows)) + stores
+        insns = tiles * (len(chunks) + 1 + steps + bool(rows)) + stores
         blocks, oh, ws_out = g.nb * g.ob, g.oh, ws
     else:
         assert isinstance(s, RowSchedule)
