@@ -363,7 +363,8 @@ def _max_pool_index(n: Node, a: list[np.ndarray]) -> np.ndarray:
     idx = windows(_pad_spatial(index, at.pads, -1, extra), at.kernel, at.strides, at.dilations,
                   out)
     flat = (*win.shape[:2 + nsp], -1)
-    best = np.argmax(win.reshape(flat), axis=-1)[..., None]
+    best = _first_best(win.reshape(flat), -1, largest=True, last=False,
+                      valid=idx.reshape(flat) >= 0)
     return np.take_along_axis(idx.reshape(flat), best, axis=-1)[..., 0]
 
 
@@ -682,9 +683,32 @@ def _gather_nd(n: Node, a: list[np.ndarray]) -> np.ndarray:
     return out.reshape(n.shape)
 
 
+def _first_best(x: np.ndarray, axis: int, largest: bool, last: bool,
+               valid: np.ndarray | None = None) -> np.ndarray:
+    """Index along `axis` (kept, size 1) of the maximum (minimum) as onnxruntime's ArgMax /
+    ArgMin / MaxPool indices find it: the first (`valid`) element starts, and a later one
+    replaces it only if greater (or equal, with `last`). NaN compares false, so it is chosen
+    only when it comes first: argmax([1, nan, 3]) = 2, argmax([nan, 1, 3]) = 0."""
+    x = np.moveaxis(x, axis, -1)
+    ok = np.ones(x.shape, bool) if valid is None else np.moveaxis(valid, axis, -1)
+    best = np.full(x.shape[:-1], -1, np.int64)
+    cur = np.zeros(x.shape[:-1], x.dtype)
+    with np.errstate(invalid="ignore"):
+        for j in range(x.shape[-1]):
+            v = x[..., j]
+            if largest:
+                better = v >= cur if last else v > cur
+            else:
+                better = v <= cur if last else v < cur
+            take = ok[..., j] & ((best < 0) | better)
+            best = np.where(take, j, best)
+            cur = np.where(take, v, cur)
+    return np.expand_dims(np.maximum(best, 0), axis)
+
+
 def _hardmax(n: Node, a: list[np.ndarray]) -> np.ndarray:
     x, axis = a[0], _axis(n)
-    i = np.argmax(x, axis=axis, keepdims=True)
+    i = _first_best(x, axis, largest=True, last=False)
     y = np.zeros_like(x)
     np.put_along_axis(y, i, 1, axis=axis)
     return y
@@ -693,12 +717,7 @@ def _hardmax(n: Node, a: list[np.ndarray]) -> np.ndarray:
 def _arg(n: Node, a: list[np.ndarray]) -> np.ndarray:
     at = n.attrs
     assert isinstance(at, o.ArgAttrs)
-    f = np.argmax if n.op is Op.ARGMAX else np.argmin
-    x = a[0]
-    if at.select_last_index:
-        i = x.shape[at.axis] - 1 - f(np.flip(x, axis=at.axis), axis=at.axis, keepdims=True)
-    else:
-        i = f(x, axis=at.axis, keepdims=True)
+    i = _first_best(a[0], at.axis, largest=n.op is Op.ARGMAX, last=at.select_last_index)
     return i if at.keepdims else np.squeeze(i, axis=at.axis)
 
 

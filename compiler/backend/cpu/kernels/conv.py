@@ -435,6 +435,10 @@ def window_module(g: object, kind: str, act: str) -> ir.Module:
             def chunk(q0: ir.Value) -> None:
                 """Output columns [q0, q0 + VW) of this row (q0 a multiple of VW)."""
                 acc = start
+                # max pooling: a NaN-ignoring max chain (one maxps a tap, the accumulator never
+                # NaN) and NaN found apart, one ``fcmp uno`` for two taps; a NaN in the window
+                # makes the output NaN
+                taps: list[ir.Value] = []
                 out_ok = b.icmp_signed("<", b.add(U.splat(b, q0, n), lane_out),
                                        _lanes(n, lambda _: ow))
                 for j in range(kw):
@@ -449,8 +453,18 @@ def window_module(g: object, kind: str, act: str) -> ir.Module:
                         v = _masked_load(b, ptr, lane_mask, n, fill)
                         if sw > 1:
                             v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
-                        acc = U.fma(b, weights[i][j], v, acc) if kind == "depthwise" \
-                            else U.fmax(b, acc, v)
+                        if kind == "depthwise":
+                            acc = U.fma(b, weights[i][j], v, acc)
+                        else:
+                            acc = U.fmax_num(b, acc, v)
+                            taps.append(v)
+                if taps:
+                    pairs = [b.fcmp_unordered("uno", taps[t], taps[min(t + 1, len(taps) - 1)])
+                             for t in range(0, len(taps), 2)]
+                    nan = pairs[0]
+                    for p in pairs[1:]:
+                        nan = b.or_(nan, p)
+                    acc = b.select(nan, ir.Constant(vt, [math.nan] * VW), acc)
                 if act == "relu":
                     acc = U.fmax(b, acc, zero)
                 elif act == "clip":

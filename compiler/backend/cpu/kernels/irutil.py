@@ -118,16 +118,31 @@ def fma(b: ir.IRBuilder, a: ir.Value, x: ir.Value, c: ir.Value) -> ir.Value:
 
 
 def fmax(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
-    """max(a, x) as ``llvm.maxnum`` (NaN-ignoring, like numpy.fmax)."""
+    """max(a, x) as ``llvm.maximum``: NaN in either operand gives NaN (numpy.maximum, ONNX Relu /
+    Clip / Max / MaxPool as onnxruntime computes them where it is consistent). ``nsz``: the sign
+    of a zero result is unspecified, which makes it ``maxps`` + a NaN blend on x86 (as
+    ``llvm.maxnum`` was) and one ``fmax`` on AArch64."""
+    return _minmax(b, "maximum", a, x)
+
+
+def fmin(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+    """min(a, x) as ``llvm.minimum``: NaN-propagating, like `fmax`."""
+    return _minmax(b, "minimum", a, x)
+
+
+def fmax_num(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+    """max(a, x) as ``llvm.maxnum``, NaN-ignoring (numpy.fmax): one ``maxps`` where `a` is
+    known not NaN. Only for a caller that tracks NaN itself (the max-pooling window)."""
     t = a.type
     suffix = f"v{t.count}f32" if isinstance(t, ir.VectorType) else "f32"
     return b.call(intrinsic(b.module, f"llvm.maxnum.{suffix}", t, [t, t]), [a, x])
 
 
-def fmin(b: ir.IRBuilder, a: ir.Value, x: ir.Value) -> ir.Value:
+def _minmax(b: ir.IRBuilder, name: str, a: ir.Value, x: ir.Value) -> ir.Value:
     t = a.type
     suffix = f"v{t.count}f32" if isinstance(t, ir.VectorType) else "f32"
-    return b.call(intrinsic(b.module, f"llvm.minnum.{suffix}", t, [t, t]), [a, x])
+    fn = intrinsic(b.module, f"llvm.{name}.{suffix}", t, [t, t])
+    return b.call(fn, [a, x], fastmath=("nsz",))
 
 
 def const_vec(t: ir.Type, n: int, v: float | int) -> ir.Constant:

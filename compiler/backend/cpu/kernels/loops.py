@@ -571,7 +571,8 @@ def index_rows(dt: DType, idx_dt: DType, x_shape: Sequence[int], nbatch: int, ro
 def topk(dt: DType, outer: int, n: int, inner: int, k: int, largest: bool) -> Kernel:
     """Indices (int64) of the k largest (smallest) along n of an (outer, n, inner) array,
     ties broken by the lower index: element j goes to position rank(j) when that is < k,
-    rank(j) = #{i: x[i] beats x[j] or (x[i] == x[j] and i < j)} (O(n^2), small axes)."""
+    rank(j) = #{i: x[i] beats x[j] or (x[i] == x[j] and i < j)} (O(n^2), small axes).
+    NaN is above every number (the first of the largest, the last of the smallest)."""
     key = ("topk", dt, outer, n, inner, k, largest)
 
     def build() -> ir.Module:
@@ -587,7 +588,13 @@ def topk(dt: DType, outer: int, n: int, inner: int, k: int, largest: bool) -> Ke
                 with U.loop(b, 0, U.i64(n), 1, "i") as i:
                     xi = S.load(b, dt, x, b.add(base, b.mul(i, U.i64(inner))))
                     if dt.is_float:
-                        beats, eq = b.fcmp_ordered(cmp, xi, xj), b.fcmp_ordered("==", xi, xj)
+                        # NaN ranks above every number and equal to NaN, for largest and
+                        # smallest alike (onnxruntime's order, numpy's sort order)
+                        ni, nj = (b.fcmp_unordered("uno", v, v) for v in (xi, xj))
+                        nan_beats = b.and_(ni, b.not_(nj)) if largest else \
+                            b.and_(nj, b.not_(ni))
+                        beats = b.or_(b.fcmp_ordered(cmp, xi, xj), nan_beats)
+                        eq = b.or_(b.fcmp_ordered("==", xi, xj), b.and_(ni, nj))
                     else:
                         ic = b.icmp_signed if dt.is_signed else b.icmp_unsigned
                         beats, eq = ic(cmp, xi, xj), ic("==", xi, xj)

@@ -229,9 +229,13 @@ def pool(spec: PoolSpec) -> Kernel:
                         v = S.load(b, dt, x, xi)
                         cur = b.load(acc)
                         if s.kind == "index":
+                            # onnxruntime: the first cell in the image starts, a later one
+                            # replaces it only if greater (so NaN wins only when first, and a
+                            # window of -inf or NaN gives its first cell, never -1)
                             better = (b.fcmp_ordered(">", v, cur) if dt.is_float else
                                       (b.icmp_signed if dt.is_signed else b.icmp_unsigned)(
                                           ">", v, cur))
+                            better = b.or_(better, b.icmp_signed("<", b.load(best), U.i64(0)))
                             b.store(b.select(better, v, cur), acc)
                             b.store(b.select(better, li, b.load(best)), best)
                         elif s.kind == "max":
