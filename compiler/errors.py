@@ -12,7 +12,10 @@ class UnsupportedError(ValueError):
 
 
 class InvalidModelError(ValueError):
-    """The input is not a valid ONNX model (malformed, truncated, or fails the checker)."""
+    """The input is not a valid ONNX model: malformed, truncated, fails the checker, or holds
+    contradictory data (a negative dimension, an initializer whose data does not fill its dims,
+    a declared shape or type that contradicts what the model computes). The message names the
+    tensor or node, what it holds and what was expected."""
 
 
 class VerifyError(ValueError):
@@ -28,3 +31,13 @@ class NonConstantError(UnsupportedError):
         super().__init__(message)
         self.tensor = tensor
         self.inputs = inputs
+
+
+class TensorTooLargeError(UnsupportedError):
+    """A tensor of the model (a graph input, an initializer, a node's output) would take more
+    than the importer's per-tensor limit (`frontend.onnx.MAX_TENSOR_BYTES`); raised from the
+    shapes at import, before anything that large is allocated. `size_bytes` is its size."""
+
+    def __init__(self, message: str, size_bytes: int) -> None:
+        super().__init__(message)
+        self.size_bytes = size_bytes

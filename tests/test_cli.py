@@ -122,12 +122,12 @@ def test_disasm_errors(tmp_path):
     path = tmp_path / "short.bin"
     path.write_bytes(b"\0" * 20)
     result = run("disasm", str(path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input: one "Error:" line (tests/test_cli_errors.py)
     assert "whole number of 16-byte instructions, got 20 bytes" in result.output
     path.write_bytes(isa.encode_stream([isa.FinishInsn()], preset("default"))
                      + (5).to_bytes(16, "little"))
     result = run("disasm", str(path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "instruction 1 (bytes 16..31): malformed instruction: opcode 5" in result.output
     result = run("disasm", str(tmp_path / "missing.bin"))
     assert result.exit_code == 2 and "does not exist" in result.output

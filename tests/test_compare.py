@@ -184,13 +184,13 @@ class TestBadInput:
         assert r.exit_code == 2 and "does not exist" in r.output
         np.savez(tmp_path / "d.npz", x=np.zeros((4, 64), np.float32))
         r = cli("compare", digits.model_path(), "--data", tmp_path / "d.npz", "--out", tmp_path)
-        assert r.exit_code == 1
+        assert r.exit_code == 2  # bad input; 1 is a mismatch of the outputs
         assert "x has shape (4, 64); the model's input 'input' takes (1, 1, 8, 8)" in r.output
         r = cli("compare", digits.model_path(), "--config", "pynq")
         assert r.exit_code == 2 and "unknown hardware configuration 'pynq'" in r.output
         (tmp_path / "bad.onnx").write_bytes(b"garbage")
         r = cli("compare", tmp_path / "bad.onnx")
-        assert r.exit_code == 1 and "not a valid ONNX model" in r.output
+        assert r.exit_code == 2 and "not a valid ONNX model" in r.output
 
 
 def test_cli_compare_with_data(tmp_path):

@@ -1,8 +1,17 @@
-"""The ``vtakit`` command line."""
+"""The ``vtakit`` command line.
+
+A user's mistake (a file that cannot be read or is not what the command takes, a model the
+compiler rejects, an input of the wrong shape) prints one line ``Error: ...`` on stderr and exits
+with status 2, as click's usage errors do; ``vtakit --debug`` or ``VTAKIT_DEBUG=1`` prints the
+traceback before that line. Status 1 is kept for a run that worked but whose result is wrong
+(``compare`` and ``demo`` finding outputs that differ, the simulator's device errors, a failed
+synthesis).
+"""
 
 from __future__ import annotations
 
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +30,20 @@ def resolve_config(name_or_path: str) -> HwConfig:
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists():
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as err:
             raise click.BadParameter(f"cannot read configuration file {path}: "
                                      f"{err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise click.BadParameter(f"{path}: not UTF-8 text (byte {err.start}: "
+                                     f"{err.reason}); expected a JSON file") from None
         try:
             return HwConfig.from_json(text)
         except (TypeError, ValueError) as err:
             raise click.BadParameter(f"{path}: {err}") from None
+        except RecursionError:
+            raise click.BadParameter(f"{path}: JSON nested too deeply to read; expected an "
+                                     f"object of configuration fields") from None
     raise click.BadParameter(f"unknown hardware configuration {name_or_path!r} (expected a "
                              f"preset: {', '.join(PRESETS)}, or a .json file)")
 
@@ -48,9 +63,86 @@ class _ConfigType(click.ParamType):
 CONFIG = _ConfigType()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class InputError(click.ClickException):
+    """A user's mistake found while a command runs: ``Error: MESSAGE``, exit status 2."""
+
+    exit_code = 2
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """What bad input raises: the project's errors (ValueError subclasses for the compiler,
+    runtime and configuration; the simulator's and the driver's own), and what reading a bad
+    file raises (OSError, ValueError, TypeError, EOFError from numpy on an empty file, a zip
+    that is not one, JSON or protobuf nested past the recursion limit)."""
+    from vtakit.driver.memory import OutOfDeviceMemory
+    from vtakit.vta_sim.errors import SimError
+
+    return (OSError, ValueError, TypeError, EOFError, RecursionError, zipfile.BadZipFile,
+            SimError, OutOfDeviceMemory)
+
+
+def _one_line(err: BaseException) -> str:
+    """err's message on one line; what kind of failure it was where the message alone does not
+    say (an OSError's file, an EOFError)."""
+    text = " ".join(str(err).split())
+    if isinstance(err, OSError) and err.strerror:
+        where = err.filename if err.filename is not None else ""
+        return f"{where}: {err.strerror}" if where else err.strerror
+    if isinstance(err, EOFError):
+        return f"a file ended before its data did ({text or 'EOFError'})"
+    if isinstance(err, RecursionError):
+        return f"input nested too deeply to read ({text})"
+    if isinstance(err, zipfile.BadZipFile):
+        return f"not a valid zip archive ({text})"
+    return text or type(err).__name__
+
+
+def _debug(ctx: click.Context) -> bool:
+    from vtakit.debug import debug_level
+
+    if ctx.params.get("debug"):
+        return True
+    try:
+        return debug_level() >= 1
+    except ValueError:  # VTAKIT_DEBUG set but not a number: the user asked for debugging
+        return True
+
+
+class _Main(click.Group):
+    """The top-level group: every command's bad-input errors become an `InputError` (one line,
+    exit 2), after their traceback when debugging; anything else (a bug) keeps its traceback.
+    A command that raises an `InputError` itself (to name the file) chains it `from` the error
+    it reports, whose traceback debugging shows."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except InputError as err:
+            if _debug(ctx) and err.__cause__ is not None:
+                _echo_traceback(err.__cause__)
+            raise
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as err:
+            if not isinstance(err, _input_errors()):
+                raise
+            if _debug(ctx):
+                _echo_traceback(err)
+            raise InputError(_one_line(err)) from err
+
+
+def _echo_traceback(err: BaseException) -> None:
+    import traceback
+
+    click.echo("".join(traceback.format_exception(err)), err=True, nl=False)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True,
+              help="Show the Python traceback of an error before its one line (as "
+                   "VTAKIT_DEBUG=1 does).")
 @click.version_option(__version__, "--version", prog_name="vtakit")
-def main() -> None:
+def main(debug: bool) -> None:
     """vtakit: compile ONNX models for VTA-style accelerators, simulate and build them."""
 
 
@@ -179,11 +271,11 @@ def disasm(file: Path, config: HwConfig, uops: bool) -> None:
         try:
             art = Artifact.load(file)
         except (ArtifactError, ValueError) as err:
-            raise click.ClickException(f"{file}: {err}") from None
+            raise InputError(f"{file}: {err}") from err
         section = art.plan.sections.get("vta")
         if section is None:
-            raise click.ClickException(f"{file}: the artifact has no accelerator streams (its "
-                                       f"backends: {', '.join(art.manifest['backends'])})")
+            raise InputError(f"{file}: the artifact has no accelerator streams (its "
+                             f"backends: {', '.join(art.manifest['backends'])})")
         for line in listing(section, uops):
             click.echo(line)
         return
@@ -191,7 +283,7 @@ def disasm(file: Path, config: HwConfig, uops: bool) -> None:
     try:
         lines = dis.format_uops(data, config) if uops else dis.disassemble(data, config)
     except ValueError as err:
-        raise click.ClickException(f"{file}: {err}") from None
+        raise InputError(f"{file}: {err}") from err
     for line in lines:
         click.echo(line)
 
@@ -213,15 +305,11 @@ def _stage(line: str) -> None:
 
 def _run_compare(model: Path, *, config: str, device: str, data: Path | None,
                  calib: Path | None, samples: int | None, seed: int, out: Path) -> Any:
-    """`vtakit.compare.compare` with progress on stderr; bad input becomes a one-line error."""
+    """`vtakit.compare.compare` with progress on stderr."""
     from vtakit.compare import compare
 
-    try:
-        return compare(model, config=config, device=device, data=data, calib=calib,
-                       samples=samples, seed=seed, out_dir=out, progress=_progress,
-                       log=_stage)
-    except (OSError, TypeError, ValueError) as err:
-        raise click.ClickException(str(err)) from None
+    return compare(model, config=config, device=device, data=data, calib=calib,
+                   samples=samples, seed=seed, out_dir=out, progress=_progress, log=_stage)
 
 
 def _echo_files(report: Any) -> None:
@@ -456,9 +544,7 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
                             threads=threads, batch_size=batch_size, quantize=qopts,
                             calib=calib)
     except (UnsupportedError, InvalidModelError) as err:
-        raise click.ClickException(f"{model}: {err}") from None
-    except (TypeError, ValueError) as err:
-        raise click.ClickException(str(err)) from None
+        raise InputError(f"{model}: {err}") from err
     art.save(output)
     if art.quantization is not None:
         click.echo(art.quantization.table())
@@ -489,11 +575,8 @@ def tune_cmd(model: Path, hw_config: str, calib: Path | None, log: Path, top_k: 
         click.echo(f"  [{done}/{total}] {getattr(record, 'layer', '')}: "
                    f"{getattr(record, 'simulated_cycles', '?')} cycles", err=True)
 
-    try:
-        report = tune_model(model, config=hw_config, log=log, calib=calib,
-                            quantize=calib is not None, top_k=top_k, progress=progress)
-    except (TypeError, ValueError, OSError) as err:
-        raise click.ClickException(str(err)) from None
+    report = tune_model(model, config=hw_config, log=log, calib=calib,
+                        quantize=calib is not None, top_k=top_k, progress=progress)
     click.echo(report.table())
     click.echo(f"wrote {log}")
 
@@ -522,9 +605,7 @@ def quantize_cmd(model: Path, calib: Path, output: Path, quant_mode: str, observ
             mode=quant_mode, observer=observer, keep_float=keep_float, min_sqnr_db=min_sqnr))
         qdq = to_qdq(report, name=model.stem)
     except (UnsupportedError, InvalidModelError, RequantError) as err:
-        raise click.ClickException(f"{model}: {err}") from None
-    except (TypeError, ValueError) as err:
-        raise click.ClickException(str(err)) from None
+        raise InputError(f"{model}: {err}") from err
     onnx.save(qdq, output)
     click.echo(report.table())
     click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB, QDQ, opset "
@@ -554,17 +635,14 @@ def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, thread
     try:
         art = Artifact.load(artifact)
     except ArtifactError as err:
-        raise click.ClickException(str(err)) from None
+        raise InputError(str(err)) from err
     on_vta = "vta" in art.plan.backends
     if device is not None and not on_vta:
         raise click.BadParameter(f"{device!r}: {artifact} runs on {art.plan.backends} only; "
                                  f"--device applies to an artifact compiled with --target vta",
                                  param_hint="--device")
-    try:
-        ex = GraphExecutor(art, threads, runner_options={"vta": {"device": device}}
-                           if device is not None else None)
-    except (TypeError, ValueError) as err:
-        raise click.ClickException(str(err)) from None
+    ex = GraphExecutor(art, threads, runner_options={"vta": {"device": device}}
+                       if device is not None else None)
     names = ex.input_names
     feeds = {}
     for k, spec in enumerate(inputs):
@@ -574,7 +652,11 @@ def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, thread
                 raise click.BadParameter(f"{len(inputs)} inputs given, the model takes "
                                          f"{len(names)} ({names})")
             name = names[k]
-        feeds[name] = np.load(path)
+        try:
+            feeds[name] = np.load(path)
+        except (OSError, ValueError, EOFError) as err:
+            raise InputError(f"--input {path}: cannot load it as a .npy array: "
+                             f"{_one_line(err)}") from err
     missing = [n for n in names if n not in feeds]
     unknown = [n for n in feeds if n not in names]
     if missing or unknown:
@@ -590,12 +672,9 @@ def _run_artifact(ex: Any, feeds: dict[str, Any], output: Path | None, profile: 
                   device: str | None) -> None:
     import numpy as np
 
-    try:
-        for name, x in feeds.items():
-            ex.set_input(name, x)
-        ex.run()
-    except (TypeError, ValueError) as err:
-        raise click.ClickException(str(err)) from None
+    for name, x in feeds.items():
+        ex.set_input(name, x)
+    ex.run()
     outs = [ex.get_output(k) for k in range(len(ex.output_names))]
     for name, y in zip(ex.output_names, outs):
         flat = y.reshape(-1)[:5]

@@ -7,6 +7,13 @@ output shape (Reshape's shape, Slice's starts, Pad's pads, Clip's bounds...) mus
 import time: initializers, Constant nodes, or subgraphs of them such as Shape → Gather → Concat,
 which are evaluated here. Anything else that is not supported raises `UnsupportedError`
 naming the node, the operator and what is supported.
+
+A model that is not valid raises `InvalidModelError` naming the tensor or node, what it holds and
+what was expected: a negative dimension, an initializer whose data does not fill its dims, an
+initializer that gives a graph input's default value with another type, a declared shape
+(value_info, graph output) that contradicts what the node computes. Every tensor (graph input,
+initializer, constant, node output) must fit in `MAX_TENSOR_BYTES` (16 GiB); a bigger one raises
+`TensorTooLargeError` here, at import, before anything of that size is allocated.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidModelError, NonConstantError, UnsupportedError
+from ..errors import InvalidModelError, NonConstantError, TensorTooLargeError, UnsupportedError
 from ..ir import ops as o
 from ..ir.dtypes import DType
 from ..ir.graph import Graph, topological_order
@@ -34,6 +41,10 @@ from .upgrade_opset import OLDEST_OPSET, TARGET_OPSET, upgrade_opset, without_la
 _LARGE_MODEL_BYTES = 2**30  # well below protobuf's 2 GiB limit on a serialised message
 MIN_OPSET = TARGET_OPSET  # read natively; OLDEST_OPSET up to this are converted to it first
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+# The largest tensor a model may declare or compute: beyond a workstation's memory, and far beyond
+# what the runtime and the accelerator's DRAM are meant for. Checked from shapes alone, so that a
+# small file declaring a huge tensor fails at import and not when the runtime allocates it.
+MAX_TENSOR_BYTES = 2**34
 
 
 def import_onnx(model: Any, *, batch_size: int = 1,
@@ -224,7 +235,9 @@ class _Ctx:
             d, s = infer(op, src, attrs, dtype, shape)
         except InferError as e:
             raise UnsupportedError(f"{self.where}: {e}") from None
-        return Node(op, d, s, tuple(src), attrs, name or self.proto.output[0])
+        name = name or self.proto.output[0]
+        _check_shape(f"{self.where}: output '{name}'", d, s)
+        return Node(op, d, s, tuple(src), attrs, name)
 
 
 Handler = Callable[[_Ctx], Sequence[Node]]
@@ -240,9 +253,10 @@ class _Importer:
         self.env: dict[str, Node] = {}
         self._folded: dict[int, np.ndarray | None] = {}
         self.inferred: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self.declared: dict[str, Any] = {}  # name -> TypeProto.Tensor of value_info and outputs
+        self.output_names: set[str] = set()
 
     def run(self) -> Graph:
-        from onnx import numpy_helper
 
         g = self.proto.graph
         for init in [*g.initializer, *self.initializers]:
@@ -255,11 +269,15 @@ class _Importer:
                 raise UnsupportedError(f"initializer '{init.name}'{read}: "
                                        f"{_type_name(init.data_type)} tensors are not "
                                        f"supported; supported: {_DTYPES}")
-            self.env[init.name] = const(numpy_helper.to_array(init), name=init.name, dtype=dtype)
+            value = _tensor_value(init, f"initializer '{init.name}'", dtype)
+            self.env[init.name] = const(value, name=init.name, dtype=dtype)
         inputs: list[Node] = []
         for vi in g.input:
             if vi.name in self.env:
-                continue  # an initializer listed as an input (IR version < 4): a constant
+                # An initializer listed as an input (IR version < 4, or a default value that the
+                # model lets callers override): a constant, which must have the input's type.
+                _check_default(vi, self.env[vi.name])
+                continue
             if vi.name in self.bound:
                 dtype, shape = self._input_type(vi)
                 v = np.asarray(self.bound[vi.name])
@@ -269,9 +287,13 @@ class _Importer:
                 self.env[vi.name] = const(v, name=vi.name)
                 continue
             dtype, shape = self._input_type(vi)
+            _check_shape(f"graph input '{vi.name}'", dtype, shape)
             node = Node(Op.INPUT, dtype, shape, attrs=o.InputAttrs(len(inputs)), name=vi.name)
             inputs.append(node)
             self.env[vi.name] = node
+        self.output_names = {vi.name for vi in g.output}
+        self.declared = {vi.name: vi.type.tensor_type for vi in [*g.value_info, *g.output]
+                         if vi.type.HasField("tensor_type")}
         self.inferred = self._onnx_value_infos(inputs)
         for i, p in enumerate(g.node):
             self._node(i, p)
@@ -299,6 +321,11 @@ class _Importer:
         shape = []
         for k, d in enumerate(t.tensor_type.shape.dim):
             if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise InvalidModelError(f"graph input '{vi.name}': dimension {k} is "
+                                            f"{d.dim_value} (shape {_dims(t.tensor_type)}); "
+                                            f"expected a size >= 0, or a name for a symbolic "
+                                            f"leading dimension")
                 shape.append(int(d.dim_value))
             elif k == 0:
                 shape.append(self.batch_size)
@@ -320,7 +347,10 @@ class _Importer:
                 for d, size in zip(vi.type.tensor_type.shape.dim, fixed[vi.name], strict=True):
                     d.dim_value = size
         # Not strict: ONNX cannot infer through some function bodies; those values go unchecked.
-        proto = onnx.shape_inference.infer_shapes(proto)
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto)
+        except onnx.shape_inference.InferenceError as e:
+            raise InvalidModelError(f"ONNX shape inference rejects the model: {e}") from None
         out = {}
         for vi in [*proto.graph.value_info, *proto.graph.output]:
             t = vi.type.tensor_type
@@ -369,6 +399,12 @@ class _Importer:
                 raise ctx.fail(f"output {k} '{name}' is not supported (only the first "
                                f"{len(outs)} output(s) of {p.op_type})")
             self.env[name] = outs[k]
+            declared = self.declared.get(name)
+            if declared is not None and not _agrees(declared, outs[k]):
+                where = "the graph's outputs" if name in self.output_names else "value_info"
+                raise InvalidModelError(f"{ctx.where}: output '{name}' is declared as "
+                                        f"{_tensor_str(declared)} (in {where}), but the node "
+                                        f"computes {_node_str(outs[k])} from its inputs")
             theirs = self.inferred.get(name)
             ours = (outs[k].dtype.onnx, outs[k].shape)
             if theirs is not None and theirs != ours:
@@ -409,6 +445,99 @@ def _type_name(elem_type: int) -> str:
 
 
 _DTYPES = ", ".join(d.name.lower() for d in DType)
+
+
+def _check_shape(what: str, dtype: DType, shape: Sequence[int]) -> None:
+    """A tensor of this dtype and shape can exist: no negative dimension, at most
+    MAX_TENSOR_BYTES (computed with Python ints, which do not overflow)."""
+    if any(d < 0 for d in shape):
+        raise InvalidModelError(f"{what}: shape {list(shape)} has a negative dimension; "
+                                f"expected sizes >= 0")
+    size_bytes = math.prod(shape) * dtype.size_bytes
+    if size_bytes > MAX_TENSOR_BYTES:
+        raise TensorTooLargeError(f"{what}: {dtype.name.lower()}{list(shape)} would take "
+                                  f"{_bytes_str(size_bytes)} ({size_bytes} bytes); expected at "
+                                  f"most {_bytes_str(MAX_TENSOR_BYTES)} ({MAX_TENSOR_BYTES} "
+                                  f"bytes) per tensor", size_bytes)
+
+
+def _bytes_str(n: int) -> str:
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _stored_elements(t: Any, dtype: DType) -> tuple[int, str]:
+    """How many elements the data of TensorProto t holds (-1: not a whole number), and that
+    said in words ("its raw_data holds 24 bytes = 6 elements")."""
+    from onnx import helper
+
+    if t.HasField("raw_data"):
+        n_bytes, size = len(t.raw_data), dtype.size_bytes
+        if n_bytes % size:
+            return -1, (f"its raw_data holds {n_bytes} bytes, not a whole number of "
+                        f"{size}-byte elements")
+        return n_bytes // size, f"its raw_data holds {n_bytes} bytes = {n_bytes // size} elements"
+    field_name = helper.tensor_dtype_to_field(t.data_type)
+    n = len(getattr(t, field_name))
+    return n, f"its {field_name} holds {n} elements"
+
+
+def _tensor_value(t: Any, what: str, dtype: DType) -> np.ndarray:
+    """The value of TensorProto t (an initializer, a Constant's value) after checking that its
+    dims are sizes and that its data fills them exactly."""
+    from onnx import numpy_helper
+
+    dims = [int(d) for d in t.dims]
+    _check_shape(what, dtype, dims)
+    stored, held = _stored_elements(t, dtype)
+    if stored != math.prod(dims):
+        raise InvalidModelError(f"{what}: dims {dims} need {math.prod(dims)} "
+                                f"{dtype.name.lower()} elements, but {held}")
+    return numpy_helper.to_array(t)
+
+
+def _tensor_str(t: Any) -> str:
+    """A TypeProto.Tensor as dtype[dims], a symbolic dimension by its name ('?' unnamed)."""
+    dtype = DType.from_onnx(t.elem_type)
+    name = dtype.name.lower() if dtype is not None else _type_name(t.elem_type)
+    return f"{name}{_dims(t)}"
+
+
+def _dims(t: Any) -> str:
+    if not t.HasField("shape"):
+        return "[unknown shape]"
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in t.shape.dim]
+    return f"[{', '.join(dims)}]"
+
+
+def _node_str(node: Node) -> str:
+    return f"{node.dtype.name.lower()}{list(node.shape)}"
+
+
+def _agrees(t: Any, node: Node) -> bool:
+    """node's dtype and shape fit a declared TypeProto.Tensor (no elem_type or no shape declares
+    nothing; a symbolic dimension fits any size)."""
+    if t.elem_type and t.elem_type != node.dtype.onnx:
+        return False
+    if not t.HasField("shape"):
+        return True
+    dims = t.shape.dim
+    return len(dims) == len(node.shape) and all(
+        not d.HasField("dim_value") or d.dim_value == size for d, size in zip(dims, node.shape))
+
+
+def _check_default(vi: Any, value: Node) -> None:
+    """An initializer named like graph input vi gives its default value: it must have the type
+    the input declares."""
+    t = vi.type
+    if t.HasField("tensor_type") and not _agrees(t.tensor_type, value):
+        raise InvalidModelError(f"graph input '{vi.name}' is declared as "
+                                f"{_tensor_str(t.tensor_type)}, but the initializer of the same "
+                                f"name (its default value) is {_node_str(value)}; expected the "
+                                f"type the input declares")
 
 HANDLERS: dict[str, Handler] = {}
 
@@ -1357,7 +1486,6 @@ def _argmax(ctx: _Ctx) -> list[Node]:
 
 @_handles("Constant")
 def _constant(ctx: _Ctx) -> list[Node]:
-    from onnx import numpy_helper
 
     name = ctx.proto.output[0]
     if len(ctx.attrs) != 1:
@@ -1368,7 +1496,8 @@ def _constant(ctx: _Ctx) -> list[Node]:
         if dtype is None:
             raise ctx.fail(f"{_type_name(v.data_type)} constants are not supported; supported: "
                            f"{_DTYPES}")
-        return [const(numpy_helper.to_array(v), name=name, dtype=dtype)]
+        return [const(_tensor_value(v, f"{ctx.where}: attribute 'value'", dtype), name=name,
+                      dtype=dtype)]
     values = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
               "value_ints": np.int64}
     if key not in values:
@@ -1392,18 +1521,22 @@ def _size(ctx: _Ctx) -> list[Node]:
 
 @_handles("ConstantOfShape")
 def _constant_of_shape(ctx: _Ctx) -> list[Node]:
-    from onnx import numpy_helper
-
     v = ctx.attr("value")
-    fill = numpy_helper.to_array(v).reshape(()) if v is not None else np.float32(0)
-    if DType.from_onnx(v.data_type if v is not None else 1) is None:
+    dtype = DType.from_onnx(v.data_type) if v is not None else DType.FLOAT32
+    if dtype is None:
         raise ctx.fail(f"value of type {_type_name(v.data_type)} is not supported")
-    return [const(np.full(ctx.ints(0), fill, dtype=fill.dtype), name=ctx.proto.output[0])]
+    fill = (_tensor_value(v, f"{ctx.where}: attribute 'value'", dtype).reshape(())
+            if v is not None else np.float32(0))
+    shape = ctx.ints(0)
+    _check_shape(f"{ctx.where}: output '{ctx.proto.output[0]}'", dtype, shape)
+    return [const(np.full(shape, fill, dtype=fill.dtype), name=ctx.proto.output[0])]
 
 
 @_handles("Range")
 def _range(ctx: _Ctx) -> list[Node]:
     start, limit, delta = (ctx.value(k) for k in range(3))
     count = max(int(np.ceil((limit - start) / delta)), 0)
+    _check_shape(f"{ctx.where}: output '{ctx.proto.output[0]}'",
+                 DType.from_numpy(start.dtype), [count])
     values = start + np.arange(count).astype(start.dtype) * delta  # ONNX: start + i * delta
     return [const(values.astype(start.dtype), name=ctx.proto.output[0])]

@@ -104,4 +104,4 @@ def test_quantize_writes_a_qdq_model_onnxruntime_runs(tmp_path) -> None:
     r = CliRunner().invoke(main, ["quantize", str(tmp_path / "d.onnx"), "--calib",
                                   str(tmp_path / "calib.npz"), "--keep-float", "nope", "-o",
                                   str(tmp_path / "q2.onnx")])
-    assert r.exit_code == 1 and "keep_float names ['nope']" in r.output
+    assert r.exit_code == 2 and "keep_float names ['nope']" in r.output
