@@ -9,12 +9,14 @@
 """
 
 from .errors import (
+           DEFAULT_CYCLE_LIMIT,
            CycleLimitError,
            DeadlockError,
            DeviceError,
            SimCycleLimit,
            SimDeadlock,
            SimError,
+           SimTimeout,
 )
 from .image import RunImage
 from .simulator import Simulator
@@ -22,4 +24,5 @@ from .state import ArchState
 from .stats import SimStats, UnitStats
 
 __all__ = ["Simulator", "SimStats", "UnitStats", "ArchState", "RunImage", "SimError",
-           "SimDeadlock", "SimCycleLimit", "DeviceError", "DeadlockError", "CycleLimitError"]
+           "SimDeadlock", "SimCycleLimit", "SimTimeout", "DeviceError", "DeadlockError",
+           "CycleLimitError", "DEFAULT_CYCLE_LIMIT"]

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["SimError", "SimDeadlock", "SimCycleLimit", "ExecFault", "format_insn",
-           "DeviceError", "DeadlockError", "CycleLimitError"]
+__all__ = ["SimError", "SimDeadlock", "SimCycleLimit", "SimTimeout", "ExecFault",
+           "format_insn", "DeviceError", "DeadlockError", "CycleLimitError",
+           "DEFAULT_CYCLE_LIMIT"]
+
+#: The cycle limit of ``vtakit sim`` and the ``sim`` device unless they are given another: 2^32
+#: cycles (about 43 s of a 100 MHz core). The largest legitimate runs are far below it (a
+#: ResNet-18 region takes about 10^7 cycles, 400x less), while a corrupt instruction that would
+#: take longer (a loop of 2^40 micro-ops) is refused at once instead of being simulated.
+DEFAULT_CYCLE_LIMIT = 1 << 32
 
 
 def format_insn(insn: Mapping[str, int] | None) -> str:
@@ -49,6 +56,11 @@ class SimDeadlock(SimError):
 
 class SimCycleLimit(SimError):
     """The run did not finish within the ``cycle_limit`` it was given."""
+
+
+class SimTimeout(SimError, TimeoutError):
+    """The run took longer than the wall-clock ``timeout_s`` it was given (the stream may be
+    fine; a device turns this into a plain ``TimeoutError``)."""
 
 
 class ExecFault(Exception):

@@ -13,9 +13,12 @@ from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES
 
 from .errors import SimError
 
-__all__ = ["Program", "decode_program", "LOAD_UNIT", "COMPUTE_UNIT", "STORE_UNIT", "kind_of"]
+__all__ = ["Program", "decode_program", "LOAD_UNIT", "COMPUTE_UNIT", "STORE_UNIT", "EXEC_UNITS",
+           "kind_of"]
 
 LOAD_UNIT, COMPUTE_UNIT, STORE_UNIT = "load", "compute", "store"
+#: The units that execute instructions, in the order of a vector clock's entries.
+EXEC_UNITS = (LOAD_UNIT, COMPUTE_UNIT, STORE_UNIT)
 
 
 def kind_of(insn: dict[str, int]) -> str:

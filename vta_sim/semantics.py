@@ -12,20 +12,26 @@ right shift by ``min(b, 31)``; by ``b < 0`` a left shift by ``-b``, which gives 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
+from vtakit.vta_hw.timing_facts import n_uops
 
 from .errors import ExecFault
 from .state import ArchState
 
-__all__ = ["execute", "load", "store", "gemm", "alu", "loop_indices"]
+__all__ = ["execute", "check", "load", "store", "gemm", "alu", "loop_indices",
+           "LOOP_CHUNK_ITERATIONS"]
 
 Insn = Mapping[str, int]
+#: Called between the pieces of a long loop; it may raise to abandon the instruction (the
+#: simulator's wall-clock timeout).
+Tick = Callable[[], None]
 
 
 _BUFFERS = {MemType.UOP: ("uop", "UOP", "<u4"), MemType.WGT: ("wgt", "WGT", "i1"),
@@ -132,10 +138,31 @@ def store(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
     view[_dram_index(insn)] = buf[base: base + y * x]
 
 
-def loop_indices(state: ArchState, insn: Insn, src_depth: int, src_name: str
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dst, src, wgt) rows of every iteration of a GEMM/ALU loop, in execution order
-    (``i`` outer, ``j``, then micro-op), range-checked; int64 arrays."""
+def _first_bad_iteration(f: np.ndarray, fo: int, fi: int, iter_out: int, iter_in: int,
+                         depth: int) -> tuple[int, int] | None:
+    """(iteration, index) of the first loop iteration whose index ``f[u] + i*fo + j*fi`` is
+    ``>= depth`` (order: ``i`` outer, ``j``, then micro-op ``u``), or ``None``; in closed form
+    (factors are unsigned, so an index grows with ``i`` and ``j``)."""
+    nu = f.size
+    fmax = int(f.max())
+    if fmax + (iter_out - 1) * fo + (iter_in - 1) * fi < depth:
+        return None
+    last_j = (iter_in - 1) * fi
+    i = 0 if fmax + last_j >= depth else -(-(depth - fmax - last_j) // fo)
+    base = f.astype(np.int64) + i * fo  # every micro-op at iteration (i, 0)
+    if fi:
+        j = np.maximum(0, -(-(depth - base) // fi))
+    else:
+        j = np.where(base >= depth, 0, iter_in)
+    j = np.where(j < iter_in, j, iter_in)  # iter_in: never out of range in this i
+    jmin = int(j.min())
+    u = int(np.flatnonzero(j == jmin)[0])
+    return (i * iter_in + jmin) * nu + u, int(base[u]) + jmin * fi
+
+
+def _check_loop(state: ArchState, insn: Insn, src_depth: int, src_name: str) -> None:
+    """Range-check every index of a GEMM/ALU loop in closed form, allocating nothing of the
+    loop's size."""
     cfg = state.cfg
     bgn, end = insn["uop_bgn"], insn["uop_end"]
     if end > cfg.uop_depth:
@@ -143,24 +170,69 @@ def loop_indices(state: ArchState, insn: Insn, src_depth: int, src_name: str
                         f"{cfg.uop_depth} (expected uop_end <= {cfg.uop_depth})")
     iter_out, iter_in = insn["iter_out"], insn["iter_in"]
     if end <= bgn or iter_out == 0 or iter_in == 0:
+        return
+    d, s, w = isa.decode_uops(state.uop[bgn:end], cfg)
+    checks = [(d, "dst", cfg.acc_depth, "ACC"), (s, "src", src_depth, src_name)]
+    if "wgt_factor_out" in insn:
+        checks.append((w, "wgt", cfg.wgt_depth, "WGT"))
+    for f, field, depth, name in checks:
+        bad = _first_bad_iteration(np.asarray(f), insn[f"{field}_factor_out"],
+                                   insn[f"{field}_factor_in"], iter_out, iter_in, depth)
+        if bad is not None:
+            raise ExecFault(f"SRAM index out of range: {name}[{bad[1]}] at loop iteration "
+                            f"{bad[0]} but {name} has depth {depth} (expected indices "
+                            f"0..{depth - 1})")
+
+
+#: Loops of more micro-op iterations than this run in pieces of about this many (whole
+#: iterations of the outer loop where they fit), so memory stays bounded whatever the fields.
+LOOP_CHUNK_ITERATIONS = 1 << 18
+
+
+def loop_indices(state: ArchState, insn: Insn, src_depth: int, src_name: str,
+                 outer: tuple[int, int] | None = None, inner: tuple[int, int] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dst, src, wgt) rows of every iteration of a GEMM/ALU loop, in execution order
+    (``i`` outer, ``j``, then micro-op), range-checked; int64 arrays. ``outer`` / ``inner``
+    (``[first, stop)``) restrict ``i`` / ``j`` to a piece of the loop."""
+    _check_loop(state, insn, src_depth, src_name)
+    cfg = state.cfg
+    bgn, end = insn["uop_bgn"], insn["uop_end"]
+    iter_out, iter_in = insn["iter_out"], insn["iter_in"]
+    if end <= bgn or iter_out == 0 or iter_in == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
+    i0, i1 = outer if outer is not None else (0, iter_out)
+    j0, j1 = inner if inner is not None else (0, iter_in)
     d, s, w = isa.decode_uops(state.uop[bgn:end], cfg)
-    i = np.arange(iter_out, dtype=np.int64)[:, None, None]
-    j = np.arange(iter_in, dtype=np.int64)[None, :, None]
+    i = np.arange(i0, i1, dtype=np.int64)[:, None, None]
+    j = np.arange(j0, j1, dtype=np.int64)[None, :, None]
     dst = (d + i * insn["dst_factor_out"] + j * insn["dst_factor_in"]).ravel()
     src = (s + i * insn["src_factor_out"] + j * insn["src_factor_in"]).ravel()
     if "wgt_factor_out" in insn:
         wgt = (w + i * insn["wgt_factor_out"] + j * insn["wgt_factor_in"]).ravel()
     else:
         wgt = np.zeros(0, np.int64)
-    for arr, depth, name in ((dst, cfg.acc_depth, "ACC"), (src, src_depth, src_name),
-                             (wgt, cfg.wgt_depth, "WGT")):
-        if arr.size and int(arr.max()) >= depth:
-            k = int(np.argmax(arr >= depth))
-            raise ExecFault(f"SRAM index out of range: {name}[{int(arr[k])}] at loop iteration "
-                            f"{k} but {name} has depth {depth} (expected indices 0..{depth - 1})")
     return dst, src, wgt
+
+
+def _pieces(insn: Insn, iter_out: int | None = None, iter_in: int | None = None
+            ) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    """The loop cut into pieces of about :data:`LOOP_CHUNK_ITERATIONS` iterations, in order:
+    ((i0, i1), (j0, j1)) each."""
+    nu = insn["uop_end"] - insn["uop_bgn"]
+    io = insn["iter_out"] if iter_out is None else iter_out
+    ii = insn["iter_in"] if iter_in is None else iter_in
+    per_i = nu * ii
+    if per_i <= LOOP_CHUNK_ITERATIONS:
+        step = max(1, LOOP_CHUNK_ITERATIONS // per_i)
+        for a in range(0, io, step):
+            yield (a, min(io, a + step)), (0, ii)
+        return
+    step = max(1, LOOP_CHUNK_ITERATIONS // nu)
+    for a in range(io):
+        for b in range(0, ii, step):
+            yield (a, a + 1), (b, min(ii, b + step))
 
 
 def _as_slice(rows: np.ndarray) -> slice | np.ndarray:
@@ -453,8 +525,46 @@ def _gemm_in_range(state: ArchState, insn: Insn) -> bool:
             < cfg.wgt_depth)
 
 
-def gemm(state: ArchState, insn: Insn) -> None:
+def _repeats(insn: Insn, level: str) -> bool:
+    """Whether every iteration of loop ``level`` (``out`` or ``in``) repeats the same rows."""
+    return all(insn.get(f"{f}_factor_{level}", 0) == 0 for f in ("dst", "src", "wgt"))
+
+
+def _big_gemm(state: ArchState, insn: Insn, tick: Tick | None) -> None:
+    """A GEMM of more than :data:`LOOP_CHUNK_ITERATIONS` iterations, piece by piece. Its sums
+    add up in an int64 delta (wrapping modulo 2^64 keeps the low 32 bits exact); a loop level
+    whose factors are all zero repeats the same products, so one pass is multiplied."""
+    io, ii = insn["iter_out"], insn["iter_in"]
+    times = 1
+    if _repeats(insn, "out"):
+        times, io = times * io, 1
+    if _repeats(insn, "in"):
+        times, ii = times * ii, 1
+    delta: np.ndarray | None = None
+    touched = np.zeros(state.cfg.acc_depth, bool)
+    for outer, inner in _pieces(insn, io, ii):
+        dst, src, wgt = loop_indices(state, insn, state.cfg.inp_depth, "INP", outer, inner)
+        touched[dst] = True
+        if not insn["reset"]:
+            rows, sums = _gemm_sums(state, dst, src, wgt)
+            if delta is None:
+                delta = np.zeros(state.acc.shape, np.int64)
+            delta[rows] += sums  # rows are distinct
+        if tick is not None:
+            tick()
+    rows = np.flatnonzero(touched)
+    if insn["reset"]:
+        _write(state, rows, np.zeros((rows.size,) + state.acc.shape[1:], np.int32))
+    elif delta is not None:
+        _write(state, rows, _wrap32(state.acc[rows].astype(np.int64) + delta[rows] * times))
+
+
+def gemm(state: ArchState, insn: Insn, tick: Tick | None = None) -> None:
     """``ACC[dst] += INP[src] @ WGT[wgt].T`` (or ``= 0`` with reset) over the whole loop."""
+    if n_uops(insn) > LOOP_CHUNK_ITERATIONS:
+        _check_loop(state, insn, state.cfg.inp_depth, "INP")
+        _big_gemm(state, insn, tick)
+        return
     if not insn["reset"]:
         plan = _gemm_plan(state, insn)
         if plan is not None:
@@ -555,18 +665,65 @@ def _alu_fold(state: ArchState, op: AluOp, dst: np.ndarray, operands: np.ndarray
     return True
 
 
-def alu(state: ArchState, insn: Insn) -> None:
+def alu(state: ArchState, insn: Insn, tick: Tick | None = None) -> None:
     """``ACC[dst] = op(ACC[dst], imm if use_imm else ACC[src])`` in loop order.
 
     Iterations that touch rows written earlier in the same instruction are evaluated in order.
     When only destination rows repeat, each row's iterations are folded into one step (sum,
     min, max, product, total shift); otherwise the loop is cut into the longest hazard-free
-    chunks, each evaluated as one vector step.
+    chunks, each evaluated as one vector step. A loop of more than
+    :data:`LOOP_CHUNK_ITERATIONS` iterations runs piece by piece; when its outer iterations all
+    repeat the same rows, they stop repeating once the rows come back to a state seen before
+    (the rest of the loop is then known: a fixed point, or a cycle of the states seen).
     """
-    lp = _loop(state, insn, state.cfg.acc_depth, "ACC")
-    dst, src = lp.dst, lp.src
+    if n_uops(insn) <= LOOP_CHUNK_ITERATIONS:
+        lp = _loop(state, insn, state.cfg.acc_depth, "ACC")
+        _alu_rows(state, insn, lp.dst, lp.src, lp)
+        return
+    _check_loop(state, insn, state.cfg.acc_depth, "ACC")
+    io = insn["iter_out"]
+    repeat = insn["dst_factor_out"] == 0 and insn["src_factor_out"] == 0 and io > 1
+
+    def one_pass(n_out: int) -> None:
+        for outer, inner in _pieces(insn, n_out):
+            dst, src, _ = loop_indices(state, insn, state.cfg.acc_depth, "ACC", outer, inner)
+            _alu_rows(state, insn, dst, src, None)
+            if tick is not None:
+                tick()
+
+    if not repeat:
+        one_pass(io)
+        return
+    # Every outer iteration is the same function F of the ACC rows it writes (the rows it
+    # only reads are never written). The state after k passes determines everything after.
+    rows = np.unique(np.concatenate([
+        loop_indices(state, insn, state.cfg.acc_depth, "ACC", outer, inner)[0]
+        for outer, inner in _pieces(insn, 1)]))
+    seen: dict[bytes, int] = {}
+    k = 0
+    while k < io:
+        key = hashlib.blake2b(state.acc[rows].tobytes(), digest_size=16).digest()
+        if key in seen:  # a cycle of length k - seen[key]: skip whole cycles
+            k = io - (io - k) % (k - seen[key])
+            seen.clear()
+            if k >= io:
+                break
+        seen[key] = k
+        one_pass(1)
+        k += 1
+
+
+def _alu_rows(state: ArchState, insn: Insn, dst: np.ndarray, src: np.ndarray,
+              lp: _Loop | None) -> None:
+    """:func:`alu` over the iterations ``dst``/``src`` (all of them, or one piece);
+    ``lp`` is the cached analysis when they are the whole loop."""
     if dst.size == 0:
         return
+    if lp is None:
+        n = dst.size
+        free_imm = _hazard_free_len(dst, None) == n
+        lp = _Loop(dst, src, _as_slice(dst), _as_slice(src), free_imm,
+                   free_imm and _hazard_free_len(dst, src) == n)
     if insn["reset"]:
         state.acc[lp.dsel] = 0
         state.out[lp.dsel] = 0
@@ -600,14 +757,47 @@ def alu(state: ArchState, insn: Insn) -> None:
         window = window * 2 if whole else max(1, k * 2)
 
 
-def execute(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
-    """Apply one instruction's data effect (FINISH has none)."""
+def check(state: ArchState, dram: np.ndarray, insn: Insn) -> None:
+    """Raise :class:`ExecFault` if ``insn`` would fault: every DRAM and SRAM index it touches
+    is checked in closed form, before anything of the instruction's size is allocated. It
+    depends on ``state`` only through the micro-ops a GEMM/ALU loop reads."""
+    op = insn["opcode"]
+    if op == Opcode.LOAD or op == Opcode.STORE:
+        mt = insn["memory_type"]
+        if op == Opcode.LOAD and mt == MemType.OUT:
+            raise ExecFault("LOAD of memory_type OUT is not supported (expected UOP, WGT, INP, "
+                            "ACC or ACC_8BIT)")
+        if op == Opcode.STORE:
+            if mt != MemType.OUT:
+                raise ExecFault(f"STORE of memory_type {MemType(mt).name} is not supported "
+                                f"(expected OUT)")
+            pads = [insn[k] for k in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")]
+            if any(pads):
+                raise ExecFault(f"STORE cannot pad: y_pad_0, y_pad_1, x_pad_0, x_pad_1 = "
+                                f"{pads} (expected all 0)")
+        y, x = insn["y_size"], insn["x_size"]
+        if x == 0 or (op == Opcode.STORE and y == 0):
+            return
+        rows = insn["y_pad_0"] + y + insn["y_pad_1"]
+        cols = insn["x_pad_0"] + x + insn["x_pad_1"]
+        attr, name, _ = _BUFFERS[mt]  # type: ignore[index]
+        _sram_check(name, getattr(state, attr).shape[0], insn["sram_base"], rows * cols)
+        _dram_check(dram, insn, state.cfg.elem_bytes(mt))
+    elif op == Opcode.GEMM:
+        _check_loop(state, insn, state.cfg.inp_depth, "INP")
+    elif op == Opcode.ALU:
+        _check_loop(state, insn, state.cfg.acc_depth, "ACC")
+
+
+def execute(state: ArchState, dram: np.ndarray, insn: Insn, tick: Tick | None = None) -> None:
+    """Apply one instruction's data effect (FINISH has none); ``tick`` is called between the
+    pieces of a long loop."""
     op = insn["opcode"]
     if op == Opcode.LOAD:
         load(state, dram, insn)
     elif op == Opcode.STORE:
         store(state, dram, insn)
     elif op == Opcode.GEMM:
-        gemm(state, insn)
+        gemm(state, insn, tick)
     elif op == Opcode.ALU:
-        alu(state, insn)
+        alu(state, insn, tick)

@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_limits
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
+from .deadline import Deadline
 from .functional import run_functional
 from .program import decode_program
 from .state import ArchState
@@ -55,8 +56,8 @@ class Simulator:
         self.state = ArchState.zeros(cfg)
 
     def run(self, insn_addr: int, insn_count: int, *, timing: bool = True,
-            cycle_limit: int | None = None,
-            trace: str | os.PathLike | None = None) -> SimStats:
+            cycle_limit: int | None = None, trace: str | os.PathLike | None = None,
+            timeout_s: float | None = None) -> SimStats:
         """Execute ``insn_count`` instructions starting at byte address ``insn_addr`` of DRAM.
 
         The stream must end with FINISH. With ``timing=False`` only the data effects and the
@@ -64,9 +65,18 @@ class Simulator:
         time to draw). ``trace`` names a Chrome-trace / Perfetto JSON file to write, one track
         per unit and one for the memory port (written even when the run fails).
 
+        ``cycle_limit`` (``None``: no limit) fails the run once it passes that cycle; the
+        functional model fails it when one unit's instructions alone would take longer.
+        ``timeout_s`` (``None``: none) abandons the run after that many wall-clock seconds
+        (:class:`~vtakit.vta_sim.errors.SimTimeout`, a ``TimeoutError``), checked between
+        instructions, every few thousand timing events and between the pieces of a long loop.
+        Every instruction is range-checked before it is timed or executed, and a loop's work
+        and memory are bounded by its own iterations, so neither limit needs memory to act.
+
         Raises :class:`~vtakit.vta_sim.errors.SimError` (or ``SimDeadlock``,
-        ``SimCycleLimit``) naming the offending instruction; the driver's ``sim`` device turns
-        them into :class:`vtakit.driver.DeviceError` and its subclasses.
+        ``SimCycleLimit``, ``SimTimeout``) naming the offending instruction; the driver's
+        ``sim`` device turns them into :class:`vtakit.driver.DeviceError` and its subclasses
+        (``TimeoutError`` for a timeout).
         """
         if insn_addr < 0 or insn_addr % isa.INSN_BYTES:
             raise ValueError(f"insn_addr={insn_addr:#x} must be a non-negative multiple of "
@@ -80,14 +90,16 @@ class Simulator:
         if cycle_limit is not None and cycle_limit < 0:
             raise ValueError(f"cycle_limit={cycle_limit}: expected a non-negative int or None")
         prog = decode_program(self.dram[insn_addr:end], self.cfg)
+        deadline = Deadline(timeout_s, prog.insns) if timeout_s is not None else None
         stats = SimStats(timing=timing, macs_per_cycle=self.cfg.macs_per_cycle)
         # The matrix products of one instruction are small: a multi-threaded BLAS spends more
         # time waking its threads than computing (10x slower when another process is busy).
         with threadpool_limits(limits=1, user_api="blas"):
             if timing:
                 run_timed(self.cfg, self.state, self.dram, prog, insn_addr, stats, cycle_limit,
-                          trace)
+                          trace, deadline)
             else:
                 stats.dram_read_bytes["INSN"] = insn_count * isa.INSN_BYTES
-                run_functional(self.cfg, self.state, self.dram, prog, stats)
+                run_functional(self.cfg, self.state, self.dram, prog, stats, cycle_limit,
+                               deadline)
         return stats

@@ -25,8 +25,9 @@ from vtakit.vta_hw.timing_facts import (
     pad_elems,
 )
 
+from .deadline import Deadline
 from .errors import SimCycleLimit, SimDeadlock, SimError
-from .program import COMPUTE_UNIT, LOAD_UNIT, STORE_UNIT, Program
+from .program import COMPUTE_UNIT, EXEC_UNITS, LOAD_UNIT, STORE_UNIT, Program
 from .state import ArchState
 from .stats import SimStats
 from .units.execute import unit
@@ -36,11 +37,10 @@ from .units.port import MemoryPort
 
 # The timing contract's constants and closed forms are vta_hw.timing_facts's, re-exported here
 # for users of the simulator's cycle model.
-__all__ = ["run_timed", "TimedRun", "check_tokens", "GEMM_PIPELINE_CYCLES",
-           "ALU_PIPELINE_CYCLES", "PORT_PRIORITY", "gemm_cycles", "alu_cycles", "pad_elems",
-           "n_uops"]
+__all__ = ["run_timed", "TimedRun", "check_tokens", "check_finish_order", "EXEC_UNITS",
+           "GEMM_PIPELINE_CYCLES", "ALU_PIPELINE_CYCLES", "PORT_PRIORITY", "gemm_cycles",
+           "alu_cycles", "pad_elems", "n_uops"]
 
-EXEC_UNITS = (LOAD_UNIT, COMPUTE_UNIT, STORE_UNIT)
 TOKEN_QUEUES = ("l2g", "g2l", "g2s", "s2g")
 _TID = {"fetch": 1, LOAD_UNIT: 2, COMPUTE_UNIT: 3, STORE_UNIT: 4}
 _PORT_TID = 5
@@ -50,13 +50,16 @@ class TimedRun:
     """One timed run: the units, their queues and the memory port over shared state."""
 
     def __init__(self, cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Program,
-                 insn_addr: int, stats: SimStats, cycle_limit: int | None, tracing: bool):
+                 insn_addr: int, stats: SimStats, cycle_limit: int | None, tracing: bool,
+                 deadline: Deadline | None = None):
         self.cfg, self.state, self.dram, self.prog = cfg, state, dram, prog
         self.insn_addr = insn_addr
         self.stats = stats
         self.cycle_limit = cycle_limit
         self.trace: list[dict] | None = [] if tracing else None
         self.done_at: int | None = None
+        self.finish_clock: list[int] | None = None  # the compute unit's clock at FINISH
+        self.deadline = deadline
         flags = {(u, t): flag for u in EXEC_UNITS for flag, t in TOKEN_POPS[u]}
         self.kernel = Kernel(flags)
         self.kernel.port = MemoryPort(self.kernel, cfg, self.trace)
@@ -80,12 +83,19 @@ class TimedRun:
         for proc in p.values():
             self.kernel.schedule(0, proc)
         # after FINISH the rest of its cycle still runs: a unit finishing then is idle
-        self.kernel.run(lambda: self.done_at, self.cycle_limit, self._raise_limit)
+        self.kernel.run(lambda: self.done_at, self.cycle_limit, self._raise_limit,
+                        None if self.deadline is None else lambda: self.check_deadline(None))
         if self.done_at is None:
             self._raise_deadlock()
         assert self.done_at is not None
         self.stats.cycles = self.done_at
         self._check_end()
+
+    def check_deadline(self, index: int | None) -> None:
+        """Raise :class:`SimTimeout` past the wall-clock deadline, naming instruction
+        ``index`` (``None``: the one a unit is blocked on)."""
+        if self.deadline is not None:
+            self.deadline.check(self._blamed() if index is None else index, self.kernel.now)
 
     # ---- failures -------------------------------------------------------------------------
     def _describe_units(self) -> str:
@@ -131,6 +141,11 @@ class TimedRun:
                     f"FINISH completed at cycle {self.done_at} while the {name} unit still had "
                     f"this instruction to finish (expected the compute unit to pop a token "
                     f"from the {name} unit before FINISH)", k, self.prog.insns[k])
+        assert self.finish_clock is not None
+        units = {u: [k for k, unit in enumerate(self.prog.unit) if unit == u]
+                 for u in (LOAD_UNIT, STORE_UNIT)}
+        check_finish_order(self.prog, {u: (self.finish_clock[EXEC_UNITS.index(u)], q)
+                                       for u, q in units.items()}, self.done_at)
         check_tokens({q.name: q.count for q in self.tokq.values()}, self.prog)
 
     def write_trace(self, path: str | os.PathLike) -> None:
@@ -159,12 +174,30 @@ def check_tokens(counts: dict[str, int], prog: Program) -> None:
             + " (expected every push to be popped before FINISH)", k, prog.insns[k])
 
 
+def check_finish_order(prog: Program, before: dict[str, tuple[int, list[int]]],
+                       cycle: int | None) -> None:
+    """Every load and store instruction must happen before FINISH through the token protocol
+    (program order in each unit plus push -> pop), or the host could see the run end while
+    it still moves data. ``before[unit]`` is (how many of the unit's instructions happen
+    before FINISH, the unit's instruction indices)."""
+    for u, (n, q) in before.items():
+        if n < len(q):
+            k = q[n]
+            at = f" at cycle {cycle}" if cycle is not None else ""
+            raise SimError(
+                f"FINISH completed{at} while the {u} unit still had this instruction to finish, "
+                f"or could have: no chain of tokens orders it before FINISH (expected the "
+                f"compute unit to pop a token from the {u} unit before FINISH)", k, prog.insns[k])
+
+
 def run_timed(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Program,
               insn_addr: int, stats: SimStats, cycle_limit: int | None = None,
-              trace: str | os.PathLike | None = None) -> None:
+              trace: str | os.PathLike | None = None, deadline: Deadline | None = None
+              ) -> None:
     """Run ``prog`` cycle-accurately, updating ``state``, ``dram`` and ``stats``; the trace (if
     asked for) is written even when the run fails."""
-    r = TimedRun(cfg, state, dram, prog, insn_addr, stats, cycle_limit, trace is not None)
+    r = TimedRun(cfg, state, dram, prog, insn_addr, stats, cycle_limit, trace is not None,
+                 deadline)
     try:
         r.run()
     finally:

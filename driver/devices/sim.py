@@ -8,6 +8,7 @@ from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
 from vtakit.driver.errors import CycleLimitError, DeadlockError, DeviceError
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_sim.errors import DEFAULT_CYCLE_LIMIT
 
 __all__ = ["SimDevice"]
 
@@ -23,7 +24,10 @@ class SimDevice(HostMemoryDevice):
     timing : bool
         Model time (cycle counts, statistics); ``False`` runs the functional model only.
     cycle_limit : int | None
-        Stop a run that has not finished after this many cycles (``CycleLimitError``).
+        Stop a run that has not finished after this many cycles (``CycleLimitError``);
+        ``None`` for no limit. The default, :data:`vtakit.vta_sim.DEFAULT_CYCLE_LIMIT`
+        (2^32), is 400x a ResNet-18 region (about 10^7 cycles) and refuses at once a corrupt
+        instruction that would run for longer.
     trace : str | os.PathLike | None
         Write a Chrome-trace/Perfetto timeline of every run to this path (the last run wins).
 
@@ -36,9 +40,13 @@ class SimDevice(HostMemoryDevice):
     """
 
     def __init__(self, cfg: HwConfig, *, dram_bytes: int = 256 << 20, timing: bool = True,
-                 cycle_limit: int | None = None, trace: str | os.PathLike | None = None):
+                 cycle_limit: int | None = DEFAULT_CYCLE_LIMIT,
+                 trace: str | os.PathLike | None = None):
         from vtakit.vta_sim import Simulator
 
+        if cycle_limit is not None and cycle_limit < 0:
+            raise ValueError(f"SimDevice: cycle_limit={cycle_limit}: expected a non-negative "
+                             f"int or None")
         super().__init__(cfg, dram_bytes)
         self.sim = Simulator(self.cfg, self.dram)
         self.timing = timing
@@ -56,11 +64,12 @@ class SimDevice(HostMemoryDevice):
     def wait(self, timeout_s: float) -> RunResult:
         """Simulate the pending run in the calling thread.
 
-        A stream is finite and the simulator detects deadlock, so every run ends; ``timeout_s``
-        is not needed to stop it. ``cycle_limit`` (constructor) bounds the simulated time. The
-        simulator's faults come out as :class:`~vtakit.driver.errors.DeviceError` (or
-        ``DeadlockError``, ``CycleLimitError``) with the same message, ``index`` and ``insn``."""
-        from vtakit.vta_sim.errors import SimCycleLimit, SimDeadlock, SimError
+        ``TimeoutError`` once the simulation has taken ``timeout_s`` wall-clock seconds
+        (checked inside long runs and long instructions); ``cycle_limit`` (constructor) bounds
+        the simulated time. The simulator's faults come out as
+        :class:`~vtakit.driver.errors.DeviceError` (or ``DeadlockError``, ``CycleLimitError``)
+        with the same message, ``index`` and ``insn``."""
+        from vtakit.vta_sim.errors import SimCycleLimit, SimDeadlock, SimError, SimTimeout
 
         if self._pending is None:
             raise RuntimeError("wait() without a run(): nothing is running on the sim device")
@@ -68,7 +77,10 @@ class SimDevice(HostMemoryDevice):
         self._pending = None
         try:
             stats = self.sim.run(insn_addr, insn_count, timing=self.timing,
-                                 cycle_limit=self.cycle_limit, trace=self.trace)
+                                 cycle_limit=self.cycle_limit, trace=self.trace,
+                                 timeout_s=timeout_s)
+        except SimTimeout as err:
+            raise TimeoutError(f"sim device: {err}") from None
         except SimError as err:
             kind = (DeadlockError if isinstance(err, SimDeadlock) else
                     CycleLimitError if isinstance(err, SimCycleLimit) else DeviceError)

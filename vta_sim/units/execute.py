@@ -6,6 +6,7 @@ apply its data effect, push its tokens. The durations and token tables are the h
 from __future__ import annotations
 
 from collections.abc import Generator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from vtakit.vta_hw.timing_facts import (
 
 from .. import memory, semantics
 from ..errors import ExecFault, SimError
+from ..program import EXEC_UNITS
 from .kernel import Proc
 from .port import Transfer
 
@@ -79,6 +81,8 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
     pops = [(flag, run.tokq[t]) for flag, t in TOKEN_POPS[name]]
     pushes = [(flag, run.tokq[t]) for flag, t in TOKEN_PUSHES[name]]
     macs = run.cfg.macs_per_cycle
+    slot = EXEC_UNITS.index(name)
+    done = 0
     while True:
         proc.index = None
         k = yield ("take", q)
@@ -90,6 +94,10 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
             yield ("pop", need)
         start = kernel.now
         op = insn["opcode"]
+        try:  # in range before any time is spent on it (a transfer's bursts, a loop's length)
+            semantics.check(run.state, run.dram, insn)
+        except ExecFault as err:
+            raise SimError(str(err), k, insn) from None
         if op == Opcode.LOAD or op == Opcode.STORE:
             yield from _mem_insn(run, name, proc, insn)
         elif op == Opcode.GEMM:
@@ -106,7 +114,8 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
             yield ("delay", NOP_CYCLES)
         end = kernel.now
         try:
-            semantics.execute(run.state, run.dram, insn)
+            semantics.execute(run.state, run.dram, insn, None if run.deadline is None
+                              else partial(run.check_deadline, k))
         except ExecFault as err:
             raise SimError(str(err), k, insn) from None
         key = _OPNAME[op]
@@ -114,10 +123,13 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
         ust.busy_cycles += end - start
         ust.insns += 1
         run.slice(name, k, start, end)
+        done += 1
+        proc.clock[slot] = done
         out = [tq for flag, tq in pushes if insn[flag]]
         if out:
             yield ("push", out)
         ust.stall_cycles += (start - t_take) + (kernel.now - end)
         if op == Opcode.FINISH:
+            run.finish_clock = list(proc.clock)
             run.done_at = kernel.now
             return

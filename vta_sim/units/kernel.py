@@ -20,7 +20,7 @@ __all__ = ["Kernel", "Proc", "CmdQueue", "TokenQueue", "Port"]
 class Proc:
     """One process: a unit's generator plus what it is doing, for error messages."""
 
-    __slots__ = ("name", "gen", "version", "retry", "index", "waiting")
+    __slots__ = ("name", "gen", "version", "retry", "index", "waiting", "clock")
 
     def __init__(self, name: str):
         self.name = name
@@ -29,6 +29,9 @@ class Proc:
         self.retry: tuple | None = None  # the blocked command, handled again on wake-up
         self.index: int | None = None  # instruction being executed or dispatched
         self.waiting = ""  # what it is blocked on
+        # vector clock: instructions of each unit (load, compute, store) that happen before
+        # this process's current point, through its own order and the tokens it popped
+        self.clock = [0, 0, 0]
 
 
 class CmdQueue:
@@ -51,6 +54,7 @@ class TokenQueue:
         self.name = name
         self.depth = depth
         self.count = 0
+        self.clocks: deque[tuple[int, ...]] = deque()  # the pusher's clock, one per token
         self.pop_waiter: Proc | None = None
         self.push_waiter: Proc | None = None
         self.pop_cycle = -1
@@ -88,11 +92,16 @@ class Kernel:
         heapq.heappush(self.heap, (t, 1, self.seq, fn, 0, None))
 
     def run(self, done: Callable[[], int | None], limit: int | None,
-            on_limit: Callable[[int], None]) -> None:
+            on_limit: Callable[[int], None], poll: Callable[[], None] | None = None) -> None:
         """Process events until none is left or ``done()`` returns a cycle and that cycle's
-        events have all run; ``on_limit(limit)`` (which raises) past ``limit``."""
+        events have all run; ``on_limit(limit)`` (which raises) past ``limit``; ``poll()``
+        (which may raise) every few thousand events."""
         heap = self.heap
+        events = 0
         while heap:
+            events += 1
+            if poll is not None and not events & 0xFFF:
+                poll()
             end = done()
             if end is not None and heap[0][0] > end:
                 return
@@ -193,6 +202,7 @@ class Kernel:
             return _BLOCKED
         for tq in tqs:
             tq.count -= 1
+            proc.clock = [max(a, b) for a, b in zip(proc.clock, tq.clocks.popleft())]
             if tq.pop_cycle != now:
                 tq.pop_cycle, tq.pops = now, 0
             tq.pops += 1
@@ -216,6 +226,7 @@ class Kernel:
             return _BLOCKED
         for tq in tqs:
             tq.count += 1
+            tq.clocks.append(tuple(proc.clock))
             if tq.pop_waiter is not None:
                 self.schedule(now, tq.pop_waiter, RETRY)
                 tq.pop_waiter = None
