@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,8 +235,11 @@ class Program:
                 lines += format_uops(np.ascontiguousarray(words, "<u4").tobytes(), self.cfg)
         return lines
 
-    def save(self, path: str | Path) -> None:
-        meta = {"config": self.cfg.to_dict(), "hw_ver": list(isa.HW_VER),
+    def save(self, path: str | Path | io.BytesIO) -> None:
+        """Write the program as one ``.npz``: the words, the micro-op constants, and its
+        configuration with that configuration's hash (`load` checks both)."""
+        meta = {"config": self.cfg.to_dict(), "config_hash": self.cfg.hash,
+                "hw_ver": list(isa.HW_VER),
                 "relocs": [[r.index, r.slot, r.elem_offset, r.elem_bytes] for r in self.relocs],
                 "constants": list(self.constants)}
         arrays = {f"const_{k}": v for k, v in enumerate(self.constants.values())}
@@ -243,15 +248,57 @@ class Program:
         np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy stubs: allow_pickle
 
     @classmethod
-    def load(cls, path: str | Path | io.BytesIO) -> Program:
-        with np.load(path) as z:
-            meta = json.loads(z["meta"].tobytes())
-            if tuple(meta["hw_ver"]) != isa.HW_VER:
-                raise ValueError(f"program was built for ISA {meta['hw_ver']}, this is "
-                                 f"{list(isa.HW_VER)}")
-            cfg = HwConfig.from_dict(meta["config"])
-            consts = {name: z[f"const_{k}"] for k, name in enumerate(meta["constants"])}
-            return cls(cfg, z["words"], [Reloc(*r) for r in meta["relocs"]], consts)
+    def load(cls, path: str | Path | io.BytesIO, cfg: HwConfig | None = None) -> Program:
+        """Read a program written by `save`. `ValueError` if the file is not one, if its stored
+        configuration does not hash to its stored hash, or if `cfg` is given and the program
+        was built for another configuration."""
+        where = "program" if isinstance(path, io.BytesIO) else f"program {path}"
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(z["meta"].tobytes())
+                words = np.array(z["words"])
+                consts = {name: np.array(z[f"const_{k}"])
+                          for k, name in enumerate(meta["constants"])}
+        except (OSError, EOFError, KeyError, TypeError, ValueError, AttributeError,
+                zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as e:
+            raise ValueError(f"{where}: not a saved vtakit program ({type(e).__name__}: {e}; "
+                             f"expected the .npz of Program.save)") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{where}: its metadata is a {type(meta).__name__}, expected a JSON "
+                             f"object")
+        if tuple(meta.get("hw_ver", ())) != isa.HW_VER:
+            raise ValueError(f"{where}: built for ISA {meta.get('hw_ver')}, this is "
+                             f"{list(isa.HW_VER)}")
+        try:
+            stored = HwConfig.from_dict(meta.get("config"))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: config: {e}") from None
+        want = meta.get("config_hash")
+        if want is None:
+            raise ValueError(f"{where}: no config_hash (saved by an older vtakit); save it again")
+        if stored.hash != want:
+            raise ValueError(f"{where}: its configuration hashes to {stored.hash}, but it says "
+                             f"{want!r}: the file is corrupt")
+        if cfg is not None and cfg.hash != stored.hash:
+            raise ValueError(f"{where}: built for configuration {stored.hash} "
+                             f"({stored.bitstream_name}), expected {cfg.hash} "
+                             f"({cfg.bitstream_name})")
+        if words.dtype != np.uint64 or words.ndim != 2 or words.shape[1] != 2:
+            raise ValueError(f"{where}: words: expected uint64 (n, 2), got {words.dtype} "
+                             f"{words.shape}")
+        try:
+            relocs = [Reloc(*r) for r in meta["relocs"]]
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{where}: relocs: expected [index, slot, elem_offset, "
+                             f"elem_bytes] each ({e})") from None
+        for r in relocs:
+            ok = (all(isinstance(v, int) and not isinstance(v, bool)
+                      for v in (r.index, r.elem_offset, r.elem_bytes))
+                  and isinstance(r.slot, str) and 0 <= r.index < len(words) and r.elem_bytes > 0)
+            if not ok:
+                raise ValueError(f"{where}: relocation {r}: expected an instruction index < "
+                                 f"{len(words)}, a slot name and element sizes > 0")
+        return cls(stored, words, relocs, consts)
 
     @classmethod
     def from_insns(cls, cfg: HwConfig, insns: Sequence[isa.Insn], relocs: Sequence[Reloc] = (),

@@ -60,7 +60,7 @@ class GraphExecutor:
 
     def __init__(self, artifact: Artifact | Plan, threads: int | None = None, *,
                  runner_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        from .artifact import Artifact
+        from .artifact import Artifact, ArtifactError
 
         if isinstance(artifact, Artifact):
             self.plan, manifest = artifact.plan, artifact.manifest
@@ -70,10 +70,20 @@ class GraphExecutor:
             raise TypeError(f"GraphExecutor: expected an Artifact or a Plan, got "
                             f"{type(artifact).__name__}")
         p = self.plan
+        from_artifact = isinstance(artifact, Artifact)
+        # Checked again here: a loaded artifact's plan can have been changed since, and a plan
+        # lowered in this process was never checked. Nothing native runs before this.
+        try:
+            p.validate()
+        except PlanError as e:
+            if from_artifact:
+                raise ArtifactError(f"the artifact's plan: {e}") from None
+            raise
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise ValueError(f"GraphExecutor: threads={threads!r}, expected an int >= 1 (or "
+                             f"None: the plan's {p.threads})")
         self.threads = p.threads if threads is None else threads
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) \
-                or self.threads < 1:
-            raise ValueError(f"GraphExecutor: threads={threads!r}, expected an int >= 1")
         self.input_names = [n for n, _, _ in p.inputs]
         self.output_names = [n for n, _, _ in p.outputs]
         self._arena = _aligned(max(p.arena_bytes, 1))
@@ -97,12 +107,17 @@ class GraphExecutor:
         if stray:
             raise ValueError(f"GraphExecutor: runner_options for {stray}, which the plan does "
                              f"not use (its backends: {p.backends})")
-        for name in p.backends:
-            if name not in p.sections:
-                raise PlanError(f"the plan has steps for backend {name!r} but no section for it "
-                                f"(sections: {sorted(p.sections)})")
-            self.runners[name] = runner_class(name)(p, p.sections[name], memory, self.threads,
-                                                    manifest, ropts.get(name))
+        try:
+            for name in p.backends:
+                self.runners[name] = runner_class(name)(p, p.sections[name], memory,
+                                                        self.threads, manifest, ropts.get(name))
+        except (PlanError, KeyError, IndexError, AttributeError) as e:
+            # A runner raises these on a section it cannot use (a PlanError names what); the
+            # others are from a section's metadata, which only an artifact's can be wrong in.
+            if not from_artifact:
+                raise
+            why = str(e) if isinstance(e, PlanError) else f"{type(e).__name__}: {e}"
+            raise ArtifactError(f"the artifact's {name} section cannot be run: {why}") from e
         self._segments: list[Segment] = []
         self._step_info: list[tuple[str, str, str]] = []
         i = 0
@@ -166,6 +181,10 @@ class GraphExecutor:
     def profile(self, repeat: int = 1) -> list[StepProfile]:
         """Run once per repeat, timing every step: (node name, op, backend, milliseconds),
         averaged over the repeats."""
+        if isinstance(repeat, bool) or not isinstance(repeat, int):
+            raise TypeError(f"profile: repeat must be an int, got {type(repeat).__name__}")
+        if repeat < 1:
+            raise ValueError(f"profile: repeat={repeat}, expected an int >= 1")
         fns = [f for seg in self._segments for f in seg.steps]
         totals = [0.0] * len(fns)
         for _ in range(repeat):

@@ -12,7 +12,9 @@ The plan is JSON (``Plan.to_json`` / ``Plan.from_json``), versioned and validate
 corrupt or foreign plan is refused with a message that says what is wrong.
 
 Argument kinds of a call: ``("b", buffer, byte offset)`` a pointer into a plan buffer,
-``("i", int)``, ``("f", float)``, and ``("lo",)`` / ``("hi",)`` the part's range.
+``("i", int)``, ``("f", float)``, and ``("lo",)`` / ``("hi",)`` the part's range; the signature
+letter of each (``p`` pointer, ``l`` int64, ``f`` float32) is ``p`` for a buffer (or ``("i", 0)``,
+a null pointer), ``l`` for an int or a bound of the range, ``f`` for a float.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ PLAN_VERSION = 2
 BUFFER_KINDS = ("input", "output", "const", "arena")
 ARG_KINDS = {"b": 3, "i": 2, "f": 2, "lo": 1, "hi": 1}
 SIG_LETTERS = "plf"  # pointer, int64, float32
+DTYPE_KINDS = "biuf"  # the dtypes a buffer may hold: bool, signed, unsigned, float
+MAX_THREADS = 1024
+MAX_RANK = 32
+ARENA_ALIGN = 64  # arena buffers start on this boundary (the compiler's memory planner)
+ARENA_ALIGN_MAX = 4096  # the most any buffer may be padded to in the arena
 
 Arg = tuple
 
@@ -158,52 +165,179 @@ class Plan:
         return p
 
     def validate(self) -> None:
-        """Check that every reference in the plan is in range (`PlanError` otherwise)."""
-        _expect(isinstance(self.threads, int) and self.threads >= 1, "plan threads",
-                "an int >= 1", repr(self.threads))
-        _expect(isinstance(self.arena_bytes, int) and self.arena_bytes >= 0, "arena_bytes",
+        """Check the plan before any of it runs (`PlanError` names the field, what it holds and
+        what was expected): the thread count; every buffer's kind, dtype, shape and size, inside
+        the arena for an arena buffer, equal to its parameter for a constant and to the graph's
+        signature for an input or output; every step's backend (one with a section), extent and
+        calls: a kernel index, a function name, one signature letter per argument that fits the
+        argument's kind, and buffer arguments that point into their buffer.
+
+        What a kernel does with its integer arguments (sizes, strides) is the backend's code and
+        cannot be checked here: the artifact's checksums guard those."""
+        _expect(_is_int(self.threads) and 1 <= self.threads <= MAX_THREADS, "plan threads",
+                f"an int in [1, {MAX_THREADS}]", repr(self.threads))
+        _expect(_is_int(self.arena_bytes) and self.arena_bytes >= 0, "plan arena_bytes",
                 "an int >= 0", repr(self.arena_bytes))
+        for what, sig in (("inputs", self.inputs), ("outputs", self.outputs)):
+            _expect(isinstance(sig, list), f"plan {what}", "a list", type(sig).__name__)
+            for k, entry in enumerate(sig):
+                where = f"plan {what}[{k}]"
+                _expect(isinstance(entry, tuple) and len(entry) == 3, where,
+                        "[name, dtype, shape]", repr(entry))
+                name, dtype, shape = entry
+                _expect(isinstance(name, str), f"{where} name", "a str", repr(name))
+                _check_dtype(f"{where} ({name!r}) dtype", dtype)
+                _check_shape(f"{where} ({name!r}) shape", shape)
+            names = [e[0] for e in sig]
+            _expect(len(set(names)) == len(names), f"plan {what}", "distinct names",
+                    repr(names))
+        _expect(isinstance(self.sections, dict), "plan sections", "an object",
+                type(self.sections).__name__)
+        for name in self.sections:
+            _expect(isinstance(name, str) and name.isidentifier(), "plan section name",
+                    "a backend name (a Python identifier)", repr(name))
+        arena_limit = 0
         for i, b in enumerate(self.buffers):
-            where = f"buffer {i}"
-            _expect(b.kind in BUFFER_KINDS, f"{where} kind", f"one of {BUFFER_KINDS}",
-                    repr(b.kind))
-            _expect(isinstance(b.nbytes, int) and b.nbytes >= 0, f"{where} nbytes",
-                    "an int >= 0", repr(b.nbytes))
-            if b.kind == "const":
-                _expect(b.name in self.params, f"{where} (const)", "a name in the parameters",
-                        repr(b.name))
-            elif b.kind == "arena":
-                _expect(0 <= b.offset and b.offset + b.nbytes <= max(self.arena_bytes, 0),
-                        f"{where} (arena)", f"bytes within the arena of {self.arena_bytes}",
-                        f"[{b.offset}, {b.offset + b.nbytes})")
-            else:
-                sig = self.inputs if b.kind == "input" else self.outputs
-                _expect(0 <= b.index < len(sig), f"{where} ({b.kind})",
-                        f"an index < {len(sig)}", repr(b.index))
-        for s in self.steps:
-            where = f"step {s.name!r}"
-            _expect(s.backend in self.sections, f"{where} backend",
-                    f"one of the plan's sections {sorted(self.sections)}", repr(s.backend))
-            _expect(isinstance(s.extent, int) and s.extent >= 0, f"{where} extent",
-                    "an int >= 0", repr(s.extent))
-            for c in s.calls:
-                _expect(isinstance(c.sig, str) and set(c.sig) <= set(SIG_LETTERS)
-                        and len(c.sig) == len(c.args), f"{where} call {c.fname!r}",
-                        f"one of {SIG_LETTERS!r} per argument ({len(c.args)} arguments)",
-                        repr(c.sig))
-                for a in c.args:
-                    ok = (isinstance(a, tuple) and len(a) >= 1 and a[0] in ARG_KINDS
-                          and len(a) == ARG_KINDS[a[0]])
-                    _expect(ok, f"{where} call {c.fname!r} argument", "one of "
-                            "('b', buffer, offset), ('i', int), ('f', float), ('lo',), "
-                            "('hi',)", repr(a))
-                    if a[0] == "b":
-                        _expect(isinstance(a[1], int) and 0 <= a[1] < len(self.buffers)
-                                and isinstance(a[2], int)
-                                and 0 <= a[2] <= self.buffers[a[1]].nbytes,
-                                f"{where} call {c.fname!r} buffer argument",
-                                f"a buffer < {len(self.buffers)} and an offset within it",
-                                repr(a))
+            self._check_buffer(i, b)
+            if b.kind == "arena":
+                arena_limit += _round_up(max(b.nbytes, 1), ARENA_ALIGN_MAX)
+        # The arena holds the arena buffers; it is never larger than all of them laid end to
+        # end (each rounded up generously), so a corrupt size cannot ask for any memory at all.
+        _expect(self.arena_bytes <= arena_limit, "plan arena_bytes",
+                f"at most {arena_limit} (its {sum(b.kind == 'arena' for b in self.buffers)} "
+                f"buffers laid end to end)", repr(self.arena_bytes))
+        for k, s in enumerate(self.steps):
+            self._check_step(k, s)
+
+    def _check_buffer(self, i: int, b: Buffer) -> None:
+        where = f"buffer {i}"
+        _expect(isinstance(b, Buffer), where, "a buffer", type(b).__name__)
+        _expect(b.kind in BUFFER_KINDS, f"{where} kind", f"one of {BUFFER_KINDS}",
+                repr(b.kind))
+        where = f"buffer {i} ({b.kind})"
+        dtype = _check_dtype(f"{where} dtype", b.dtype)
+        _check_shape(f"{where} shape", b.shape)
+        size = int(np.prod(b.shape, dtype=np.int64)) * dtype.itemsize
+        _expect(_is_int(b.nbytes) and b.nbytes == size, f"{where} nbytes",
+                f"{size} (shape {b.shape} of {dtype})", repr(b.nbytes))
+        for f in ("index", "offset"):
+            v = getattr(b, f)
+            _expect(_is_int(v) and v >= 0, f"{where} {f}", "an int >= 0", repr(v))
+        _expect(isinstance(b.name, str), f"{where} name", "a str", repr(b.name))
+        if b.kind == "const":
+            _expect(b.name in self.params, f"{where} name", "a name in the parameters",
+                    repr(b.name))
+            arr = self.params[b.name]
+            _expect(isinstance(arr, np.ndarray) and arr.dtype == dtype and arr.shape == b.shape,
+                    f"{where}: parameter {b.name!r}", f"dtype {dtype}, shape {b.shape}",
+                    f"dtype {getattr(arr, 'dtype', type(arr).__name__)}, shape "
+                    f"{getattr(arr, 'shape', '?')}")
+        elif b.kind == "arena":
+            _expect(b.offset % ARENA_ALIGN == 0 and b.offset + b.nbytes <= self.arena_bytes,
+                    f"{where} offset", f"a multiple of {ARENA_ALIGN} with its {b.nbytes} bytes "
+                    f"inside the arena of {self.arena_bytes}",
+                    f"{b.offset} (bytes [{b.offset}, {b.offset + b.nbytes}))")
+        else:
+            sig = self.inputs if b.kind == "input" else self.outputs
+            _expect(b.index < len(sig), f"{where} index",
+                    f"an index < {len(sig)} (the graph's {b.kind}s)", repr(b.index))
+            name, sdt, shape = sig[b.index]
+            _expect(np.dtype(sdt) == dtype and tuple(shape) == b.shape,
+                    f"{where} dtype and shape",
+                    f"those of {b.kind} {b.index} ({name!r}): {np.dtype(sdt)} {tuple(shape)}",
+                    f"{dtype} {b.shape}")
+
+    def _check_step(self, k: int, s: Step) -> None:
+        _expect(isinstance(s, Step), f"step {k}", "a step", type(s).__name__)
+        _expect(isinstance(s.name, str), f"step {k} name", "a str", repr(s.name))
+        where = f"step {k} ({s.name!r})"
+        _expect(isinstance(s.op, str), f"{where} op", "a str", repr(s.op))
+        _expect(isinstance(s.backend, str) and s.backend in self.sections, f"{where} backend",
+                f"one of the plan's sections {sorted(self.sections)}", repr(s.backend))
+        _expect(_is_int(s.extent) and 0 <= s.extent < (1 << 62), f"{where} extent",
+                "an int >= 0", repr(s.extent))
+        _expect(isinstance(s.parallel, (bool, np.bool_)), f"{where} parallel", "true or false",
+                repr(s.parallel))
+        _expect(isinstance(s.calls, list), f"{where} calls", "a list", type(s.calls).__name__)
+        for j, c in enumerate(s.calls):
+            _expect(isinstance(c, Call), f"{where} call {j}", "a call", type(c).__name__)
+            _expect(isinstance(c.fname, str) and c.fname.isidentifier(),
+                    f"{where} call {j} fname", "a function name", repr(c.fname))
+            at = f"{where} call {j} ({c.fname})"
+            _expect(_is_int(c.kernel) and c.kernel >= 0, f"{at} kernel", "an int >= 0",
+                    repr(c.kernel))
+            _expect(isinstance(c.args, tuple), f"{at} args", "a list",
+                    type(c.args).__name__)
+            _expect(isinstance(c.sig, str) and set(c.sig) <= set(SIG_LETTERS)
+                    and len(c.sig) == len(c.args), f"{at} sig",
+                    f"one of {SIG_LETTERS!r} per argument ({len(c.args)} arguments)",
+                    repr(c.sig))
+            for n, (letter, a) in enumerate(zip(c.sig, c.args)):
+                self._check_arg(f"{at} argument {n}", letter, a)
+
+    def _check_arg(self, where: str, letter: str, a: Any) -> None:
+        ok = (isinstance(a, tuple) and len(a) >= 1 and isinstance(a[0], str)
+              and a[0] in ARG_KINDS and len(a) == ARG_KINDS[a[0]])
+        _expect(ok, where, "one of ('b', buffer, offset), ('i', int), ('f', float), ('lo',), "
+                "('hi',)", repr(a))
+        null = a[0] == "i" and letter == "p" and a[1] == 0  # a null pointer (no bias...)
+        _expect(letter in _SIG_OF_KIND[a[0]] or null, f"{where} kind",
+                f"an argument for signature letter {letter!r}" + (
+                    " (an int only as a null pointer, ('i', 0))" if letter == "p" else ""),
+                repr(a))
+        if a[0] == "i":
+            _expect(_is_int(a[1]) and -(1 << 63) <= a[1] < (1 << 63), where,
+                    "an int64 value", repr(a))
+        elif a[0] == "f":
+            _expect(isinstance(a[1], (int, float, np.integer, np.floating))
+                    and not isinstance(a[1], (bool, np.bool_)), where,
+                    "a float value", repr(a))
+        elif a[0] == "b":
+            _, b, off = a
+            _expect(_is_int(b) and 0 <= b < len(self.buffers), f"{where} buffer",
+                    f"an index < {len(self.buffers)}", repr(a))
+            buf = self.buffers[b]
+            item = np.dtype(buf.dtype).itemsize
+            _expect(_is_int(off) and 0 <= off <= buf.nbytes and off % item == 0,
+                    f"{where} offset", f"a multiple of {item} within buffer {b}'s "
+                    f"{buf.nbytes} bytes", repr(a))
+
+
+# Which argument kinds each signature letter takes: a pointer is a buffer argument, an int64 an
+# int or a part's bound, a float32 a float.
+_SIG_OF_KIND = {"b": "p", "i": "l", "lo": "l", "hi": "l", "f": "f"}
+
+
+def _is_int(v: Any) -> bool:
+    # numpy integers only come from plans lowered in this process (JSON has none)
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _check_dtype(what: str, dtype: Any) -> np.dtype:
+    """The numpy dtype a plan names, if it is one of plain numbers or booleans."""
+    try:
+        dt = np.dtype(dtype) if isinstance(dtype, str) else None
+    except (TypeError, ValueError, SyntaxError):  # numpy's parser raises all three
+        dt = None
+    _expect(dt is not None and dt.kind in DTYPE_KINDS and dt.names is None
+            and dt.subdtype is None and dt.isnative, what, "a numpy dtype of numbers or "
+            "booleans in this machine's byte order ('<f4', '|i1', ...)", repr(dtype))
+    assert dt is not None
+    return dt
+
+
+def _check_shape(what: str, shape: Any) -> None:
+    _expect(isinstance(shape, tuple) and len(shape) <= MAX_RANK
+            and all(_is_int(d) and 0 <= d < (1 << 40) for d in shape), what,
+            f"a list of at most {MAX_RANK} dimensions, ints >= 0", repr(shape))
+    size = 1
+    for d in shape:
+        size *= d
+    _expect(size < (1 << 40), what, "fewer than 2**40 elements", repr(shape))
 
 
 def _expect(ok: bool, what: str, expected: str, got: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +15,10 @@ from .simulator import Simulator
 from .stats import SimStats
 
 __all__ = ["RunImage"]
+
+
+class _NotAnImage(Exception):
+    """An npz without the parts of a run image (raised inside `RunImage.load`'s reading)."""
 
 
 @dataclass
@@ -38,26 +44,60 @@ class RunImage:
     description: str = ""
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the image as one ``.npz`` file."""
+        """Write the image as one ``.npz`` file, with its configuration's hash (`load` checks
+        it)."""
         np.savez_compressed(path, config=np.array(self.cfg.to_json()),
+                            config_hash=np.array(self.cfg.hash),
                             dram=np.asarray(self.dram, np.uint8),
                             insn_addr=np.int64(self.insn_addr),
                             insn_count=np.int64(self.insn_count),
                             description=np.array(self.description))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> RunImage:
-        """Read an image written by :meth:`save`; ``ValueError`` if a part is missing."""
-        with np.load(path, allow_pickle=False) as z:
-            missing = {"config", "dram", "insn_addr", "insn_count"} - set(z.files)
-            if missing:
-                raise ValueError(f"{os.fspath(path)}: not a run image, missing "
-                                 f"{', '.join(sorted(missing))} (expected config, dram, "
-                                 f"insn_addr, insn_count)")
-            return cls(cfg=HwConfig.from_json(str(z["config"])),
-                       dram=np.array(z["dram"], np.uint8),
-                       insn_addr=int(z["insn_addr"]), insn_count=int(z["insn_count"]),
-                       description=str(z["description"]) if "description" in z.files else "")
+    def load(cls, path: str | os.PathLike, cfg: HwConfig | None = None) -> RunImage:
+        """Read an image written by :meth:`save`. ``ValueError`` if a part is missing or
+        corrupt, if the stored configuration does not hash to the stored hash, or if `cfg` is
+        given and the image is for another configuration."""
+        where = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                files = set(z.files)
+                missing = {"config", "dram", "insn_addr", "insn_count"} - files
+                if missing:
+                    raise _NotAnImage(f"{where}: not a run image, missing "
+                                      f"{', '.join(sorted(missing))} (expected config, dram, "
+                                      f"insn_addr, insn_count)")
+                text = str(z["config"])
+                want = str(z["config_hash"]) if "config_hash" in files else None
+                dram = np.array(z["dram"], np.uint8)
+                insn_addr, insn_count = int(z["insn_addr"]), int(z["insn_count"])
+                description = str(z["description"]) if "description" in files else ""
+        except _NotAnImage as e:
+            raise ValueError(str(e)) from None
+        except (OSError, EOFError, KeyError, TypeError, ValueError, AttributeError,
+                zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as e:
+            raise ValueError(f"{where}: not a readable run image ({type(e).__name__}: {e})") \
+                from None
+        try:
+            stored = HwConfig.from_json(text)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: config: {e}") from None
+        if want is None:
+            raise ValueError(f"{where}: no config_hash (written by an older vtakit); save the "
+                             f"image again")
+        if stored.hash != want:
+            raise ValueError(f"{where}: its configuration hashes to {stored.hash}, but it says "
+                             f"{want!r}: the file is corrupt")
+        if cfg is not None and cfg.hash != stored.hash:
+            raise ValueError(f"{where}: the image is for configuration {stored.hash} "
+                             f"({stored.bitstream_name}), expected {cfg.hash} "
+                             f"({cfg.bitstream_name})")
+        if not (0 <= insn_addr and 0 <= insn_count and insn_addr + 16 * insn_count
+                <= dram.size):
+            raise ValueError(f"{where}: {insn_count} instructions at byte {insn_addr} run past "
+                             f"the image's {dram.size} bytes of DRAM")
+        return cls(cfg=stored, dram=dram, insn_addr=insn_addr, insn_count=insn_count,
+                   description=description)
 
     def run(self, *, timing: bool = True, cycle_limit: int | None = None,
             trace: str | os.PathLike | None = None) -> tuple[SimStats, Simulator]:

@@ -3,7 +3,10 @@
 The CPU section of a plan holds ``module.ll`` (every kernel, linked; see `llvm.link`) and object
 code for one target (``<name>.o``, described in the section's metadata ``objects``: triple, CPU
 and features it was built for). In the process that lowered the plan, the section's live objects
-are the kernels' builders instead, compiled through `llvm.CACHE`.
+are the kernels' builders instead, compiled through `llvm.CACHE`. Before any code of an
+artifact is loaded, the section is checked (`check`): each object's ELF header against its
+triple and this host, every CPU call of the plan against the signature ``module.ll`` gives its
+function; what fails is a `PlanError` naming the member or the call.
 
 A segment (consecutive CPU steps) runs as one call of a function compiled for it
 (`graphfn.build_graph_module`) with every kernel address, buffer address and constant baked in,
@@ -19,9 +22,9 @@ from typing import Any
 
 import llvmlite.binding as llvm_binding
 
-from ..plan import Section, Step
+from ..plan import PlanError, Section, Step
 from ..runners import Runner, Segment, register_runner
-from . import graphfn, llvm
+from . import check, graphfn, llvm
 from .parallel import run_native, run_parallel, split_range
 
 _CT = {"p": ctypes.c_void_p, "l": ctypes.c_int64, "f": ctypes.c_float}
@@ -29,6 +32,9 @@ Resolver = Callable[[int, str], int]
 # A split step is cut into this many parts per thread, taken by the threads as they come free,
 # so that a slow or busy core does not hold the others up.
 CHUNKS_PER_THREAD = 4
+
+
+OBJECT_META = ("triple", "cpu", "features")
 
 
 def host_object_meta() -> dict[str, str]:
@@ -57,28 +63,67 @@ class CpuRunner(Runner):
 
     @classmethod
     def check_section(cls, section: Section) -> None:
-        if section.live is None and "module.ll" not in section.members:
-            raise ValueError(f"the cpu section has no module.ll (members: "
-                             f"{sorted(section.members)})")
+        """The section of a loaded artifact: ``module.ll`` (UTF-8 text), a kernel count, and
+        ``objects``: each a member whose ELF header matches the triple its metadata names."""
+        if section.live is None:
+            ir = section.members.get("module.ll")
+            if ir is None:
+                raise ValueError(f"the cpu section has no module.ll (members: "
+                                 f"{sorted(section.members)})")
+            try:
+                ir.decode()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"cpu/module.ll is not UTF-8 text ({e})") from None
         kernels = section.meta.get("kernels")
-        if not isinstance(kernels, int) or kernels < 0:
+        if isinstance(kernels, bool) or not isinstance(kernels, int) or kernels < 0:
             raise ValueError(f"the cpu section's 'kernels' must be an int >= 0, got {kernels!r}")
+        objects = section.meta.get("objects", {})
+        if not isinstance(objects, dict):
+            raise ValueError(f"the cpu section's 'objects' must be an object (member name -> "
+                             f"triple, cpu, features), got {type(objects).__name__}")
+        for name, built in objects.items():
+            ok = isinstance(built, dict) and set(built) == set(OBJECT_META) and all(
+                isinstance(v, str) for v in built.values())
+            if not ok:
+                raise ValueError(f"the cpu section's objects[{name!r}] must hold the strings "
+                                 f"{list(OBJECT_META)}, got {built!r:.120}")
+            if section.live is None:
+                if name not in section.members:
+                    raise ValueError(f"the cpu section's objects name {name!r}, which is not a "
+                                     f"member (members: {sorted(section.members)})")
+                check.check_object(name, section.members[name], built["triple"])
 
     def _loader(self) -> tuple[Resolver, str]:
+        """Check the code against the plan (`check`: `PlanError`), then load it: the object
+        built for this host, else the IR compiled here."""
         live = self.section.live
         if live is not None:
             mods = [llvm.CACHE.get(k.key, k.build) for k in live]
             return (lambda i, fname: mods[i].address(fname)), "live"
+        try:
+            type(self).check_section(self.section)
+        except ValueError as e:
+            raise PlanError(str(e)) from None
         members, here = self.section.members, host_object_meta()
+        ir_text = members["module.ll"].decode()
+        check.check_calls([s for s in self.plan.steps if s.backend == self.name],
+                          self.section.meta["kernels"], check.ir_signatures(ir_text))
+        code = None
         for name, built in self.section.meta.get("objects", {}).items():
             if built == here and name in members:
+                if not check.check_host_object(name, members[name], here["triple"]):
+                    continue  # a host this runtime cannot check objects for: use the IR
                 try:
                     code = llvm.LoadedCode(obj=members[name])
                     break
                 except RuntimeError:
                     continue  # fall back to the IR below; the object may not link here
-        else:
-            code = llvm.LoadedCode(ir_text=members["module.ll"].decode())
+        if code is None:
+            try:
+                code = llvm.LoadedCode(ir_text=ir_text)
+            except RuntimeError as e:
+                raise PlanError(f"cpu/module.ll is not valid LLVM IR: {str(e).strip()[:300]}") \
+                    from None
         self._code = code
         return code.address, code.source
 

@@ -25,7 +25,7 @@ def test_manifest_and_round_trip(mlp_artifact: Artifact) -> None:
     data = mlp_artifact.to_bytes()
     art = Artifact.load(data)
     m = art.manifest
-    assert m["format_version"] == 2 and m["backends"] == ["cpu"] and m["target"] == "cpu"
+    assert m["format_version"] == 3 and m["backends"] == ["cpu"] and m["target"] == "cpu"
     assert m["inputs"][0]["shape"] == [1, 784]
     assert art.plan.sections["cpu"].meta["objects"]["host.o"]["cpu"]
     assert {s.backend for s in art.plan.steps} == {"cpu"}
