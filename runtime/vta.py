@@ -126,10 +126,33 @@ class VtaRunner(Runner):
         if cfg.hash != meta["config_hash"]:
             raise ValueError(f"the vta section's configuration hashes to {cfg.hash}, but it "
                              f"says {meta['config_hash']}")
-        need = ["params.npz"] + [r["program"] for r in meta["regions"]]
+        if not isinstance(meta["regions"], list):
+            raise ValueError(f"regions: expected a list, got {type(meta['regions']).__name__}")
+        need = ["params.npz"]
+        params: set[str] = set()
+        for r, reg in enumerate(meta["regions"]):
+            _check_region(r, reg)
+            need.append(reg["program"])
+            need += [lm["program"] for lm in reg["layers"] if "program" in lm]
+            params |= {slot for slot, info in reg["slots"].items() if info["param"]}
         missing = [m for m in need if m not in section.members]
         if missing:
             raise ValueError(f"the vta section lacks member(s) {missing}")
+        try:
+            with np.load(io.BytesIO(section.members["params.npz"]), allow_pickle=False) as z:
+                stored = {k: (z[k].shape, z[k].dtype) for k in z.files}
+        except Exception as e:  # noqa: BLE001 - any reader error: a corrupt member
+            raise ValueError(f"member params.npz is not a readable .npz ({e})") from None
+        for r, reg in enumerate(meta["regions"]):
+            for slot, info in reg["slots"].items():
+                if not info["param"]:
+                    continue
+                got = stored.get(slot)
+                want = (tuple(info["shape"]), np.dtype(info["dtype"]))
+                if got is None or (tuple(got[0]), got[1]) != want:
+                    raise ValueError(f"params.npz: array {slot!r} of region {r} is "
+                                     f"{'missing' if got is None else f'{got[1]}{list(got[0])}'}"
+                                     f"; the slot expects {want[1]}{list(want[0])}")
 
     def _load(self, section: Section) -> tuple[dict[str, Program], Mapping[str, np.ndarray]]:
         if section.live is not None:
@@ -257,3 +280,40 @@ def listing(section: Section, uops: bool = False) -> list[str]:
         lines.append(f"; region {r}: {len(prog)} instructions; layers {names}")
         lines += prog.listing(uops)
     return lines
+
+
+def _check_region(r: int, reg: Any) -> None:
+    """The structure of one region's metadata (`ValueError` naming the field)."""
+    where = f"regions[{r}]"
+    if not isinstance(reg, dict):
+        raise ValueError(f"{where}: expected an object, got {type(reg).__name__}")
+    for key, kind in (("program", str), ("slots", dict), ("inputs", list), ("outputs", list),
+                      ("layers", list)):
+        if not isinstance(reg.get(key), kind):
+            raise ValueError(f"{where}.{key}: expected a {kind.__name__}, got "
+                             f"{type(reg.get(key)).__name__}")
+    for slot, info in reg["slots"].items():
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if not (isinstance(shape, list) and shape and all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+            raise ValueError(f"{where}.slots[{slot!r}].shape: expected positive ints, got "
+                             f"{shape!r}")
+        if info.get("dtype") not in ("int8", "int32") or not isinstance(info.get("param"), bool):
+            raise ValueError(f"{where}.slots[{slot!r}]: expected dtype int8/int32 and a boolean "
+                             f"param, got {info.get('dtype')!r}, {info.get('param')!r}")
+    for part in ("inputs", "outputs"):
+        for k, m in enumerate(reg[part]):
+            ok = (isinstance(m, dict) and m.get("slot") in reg["slots"]
+                  and isinstance(m.get("arg"), list) and len(m["arg"]) == 3
+                  and isinstance(m.get("shape"), list)
+                  and all(isinstance(d, int) and d > 0 for d in m["shape"])
+                  and isinstance(m.get("matrix"), bool) and isinstance(m.get("channels"), int)
+                  and m["channels"] > 0 and (part == "inputs" or "layer" in m))
+            if not ok:
+                extra = ", layer" if part == "outputs" else ""
+                raise ValueError(f"{where}.{part}[{k}]: expected slot (one of the region's), "
+                                 f"arg, shape, matrix, channels{extra}; got {m!r}"[:400])
+    for k, lm in enumerate(reg["layers"]):
+        if not (isinstance(lm, dict) and isinstance(lm.get("name"), str)
+                and isinstance(lm.get("kind"), str) and isinstance(lm.get("macs"), int)):
+            raise ValueError(f"{where}.layers[{k}]: expected name, kind, macs; got {lm!r}"[:400])

@@ -103,3 +103,28 @@ def test_digits_on_rtl_equals_sim_in_outputs_and_cycles(artifact):
                 rtl.runners["vta"].last_runs[0].cycles
     finally:
         rtl.close()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["regions"][0]["slots"].update({"r0.a0": {"shape": [0], "dtype": "int8",
+                                                          "param": False}}),
+     r"regions\[0\]\.slots\['r0\.a0'\]\.shape: expected positive ints"),
+    (lambda m: m["regions"][0]["inputs"][0].update(slot="nowhere"),
+     r"regions\[0\]\.inputs\[0\]: expected slot \(one of the region's\)"),
+    (lambda m: next(v for v in m["regions"][0]["slots"].values() if v["param"]).update(
+        shape=[1, 2, 3]), r"params\.npz: array .* the slot expects int(8|32)\[1, 2, 3\]"),
+    (lambda m: m["regions"][0]["layers"][0].update(program="gone.npz"),
+     r"lacks member\(s\) \['gone\.npz'\]"),
+])
+def test_a_corrupt_vta_section_is_refused_at_load(artifact, edit, message):
+    """Metadata that does not describe its streams and arrays: an ArtifactError naming the
+    field, before anything reaches a device."""
+    import copy
+
+    from vtakit.runtime.vta import VtaRunner
+
+    section = Artifact.load(artifact).plan.sections["vta"]
+    bad = copy.deepcopy(section)
+    edit(bad.meta)
+    with pytest.raises(ValueError, match=message):
+        VtaRunner.check_section(bad)
