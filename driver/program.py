@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vtakit.vta_hw import isa
-from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.config import HwConfig, check_saved_config
 
 __all__ = ["Loop", "UopKernel", "KernelBuilder", "Reloc", "Program"]
 
@@ -273,16 +273,7 @@ class Program:
             stored = HwConfig.from_dict(meta.get("config"))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: config: {e}") from None
-        want = meta.get("config_hash")
-        if want is None:
-            raise ValueError(f"{where}: no config_hash (saved by an older vtakit); save it again")
-        if stored.hash != want:
-            raise ValueError(f"{where}: its configuration hashes to {stored.hash}, but it says "
-                             f"{want!r}: the file is corrupt")
-        if cfg is not None and cfg.hash != stored.hash:
-            raise ValueError(f"{where}: built for configuration {stored.hash} "
-                             f"({stored.bitstream_name}), expected {cfg.hash} "
-                             f"({cfg.bitstream_name})")
+        check_saved_config(stored, meta.get("config_hash"), cfg, where)
         if words.dtype != np.uint64 or words.ndim != 2 or words.shape[1] != 2:
             raise ValueError(f"{where}: words: expected uint64 (n, 2), got {words.dtype} "
                              f"{words.shape}")

@@ -451,3 +451,20 @@ def preset(name: str) -> HwConfig:
         raise ValueError(f"unknown hardware configuration {name!r} (expected one of "
                          f"{', '.join(PRESETS)})") from None
     return cfg.validate()
+
+
+def check_saved_config(stored: HwConfig, claimed_hash: object, expected: HwConfig | None,
+                       where: str) -> None:
+    """A file (a program, a run image) saved with configuration `stored` and the hash
+    `claimed_hash` written beside it: ``ValueError`` naming `where` if the hash is missing or
+    does not match (the file is corrupt or older than hashes), or if `expected` is given and
+    is another configuration."""
+    if claimed_hash is None:
+        raise ValueError(f"{where}: no config_hash (saved by an older vtakit); save it again")
+    if stored.hash != claimed_hash:
+        raise ValueError(f"{where}: its configuration hashes to {stored.hash}, but it says "
+                         f"{claimed_hash!r}: the file is corrupt")
+    if expected is not None and expected.hash != stored.hash:
+        raise ValueError(f"{where}: built for configuration {stored.hash} "
+                         f"({stored.bitstream_name}), expected {expected.hash} "
+                         f"({expected.bitstream_name})")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.config import HwConfig, check_saved_config
 
 from .simulator import Simulator
 from .stats import SimStats
@@ -82,16 +82,7 @@ class RunImage:
             stored = HwConfig.from_json(text)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: config: {e}") from None
-        if want is None:
-            raise ValueError(f"{where}: no config_hash (written by an older vtakit); save the "
-                             f"image again")
-        if stored.hash != want:
-            raise ValueError(f"{where}: its configuration hashes to {stored.hash}, but it says "
-                             f"{want!r}: the file is corrupt")
-        if cfg is not None and cfg.hash != stored.hash:
-            raise ValueError(f"{where}: the image is for configuration {stored.hash} "
-                             f"({stored.bitstream_name}), expected {cfg.hash} "
-                             f"({cfg.bitstream_name})")
+        check_saved_config(stored, want, cfg, where)
         if not (0 <= insn_addr and 0 <= insn_count and insn_addr + 16 * insn_count
                 <= dram.size):
             raise ValueError(f"{where}: {insn_count} instructions at byte {insn_addr} run past "

@@ -348,7 +348,7 @@ def test_a_run_image_carries_its_configuration_hash(tmp_path: Path) -> None:
     RunImage(cfg, dram, 0, 1).save(path)
     assert RunImage.load(path, cfg).cfg == cfg
     other = cfg.replace(log_acc_buff_size=cfg.log_acc_buff_size - 1)
-    with pytest.raises(ValueError, match=rf"the image is for configuration {cfg.hash} \(.*\), "
+    with pytest.raises(ValueError, match=rf"built for configuration {cfg.hash} \(.*\), "
                                          rf"expected {other.hash}"):
         RunImage.load(path, other)
     with np.load(path) as z:

@@ -14,7 +14,7 @@ Packed layouts (`driver.packing`): activations ``(N/B, C/BI, H, W, B, BI)``; con
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +149,17 @@ def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram
     vt.finish()
 
 
+def _channel_tiles(L: Layer, sch: RowSchedule, cfg: Any
+                   ) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """The tiles of a pooling / add layer: (batch block, channel block, first row, first
+    column, rows, columns), one channel block each."""
+    o = L.out
+    cb, nb = -(-o.c // cfg.block_out), o.n // cfg.batch
+    for n0, c0, oh0, ow0 in itertools.product(range(nb), range(cb), range(0, o.h, sch.toh),
+                                              range(0, o.w, sch.tow)):
+        yield n0, c0, oh0, ow0, min(sch.toh, o.h - oh0), min(sch.tow, o.w - ow0)
+
+
 def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, arrays: Mapping[str, DeviceArray],
               code: LayerCode) -> None:
     """Max pooling: a window of input rows is loaded into ACC (sign-extended), the output rows
@@ -159,11 +170,8 @@ def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, arrays: Mapping[str
     kh, kw = L.kernel
     sh, sw = L.strides
     cb = -(-o.c // cfg.block_out)
-    nb = o.n // cfg.batch
     vt = VirtualThreads(sess, sch.threads)
-    for n0, c0, oh0, ow0 in itertools.product(range(nb), range(cb), range(0, o.h, sch.toh),
-                                              range(0, o.w, sch.tow)):
-        th, tw = min(sch.toh, o.h - oh0), min(sch.tow, o.w - ow0)
+    for n0, c0, oh0, ow0, th, tw in _channel_tiles(L, sch, cfg):
         in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
         with vt.tile() as a:
             acc = vt.half(cfg.acc_depth, a)
@@ -196,11 +204,8 @@ def emit_add(sess: Session, L: AddLayer, sch: RowSchedule,
     xa, xb, y = arrays[code.inputs[0]], arrays[code.inputs[1]], arrays[code.output]
     o = L.out
     cb = -(-o.c // cfg.block_out)
-    nb = o.n // cfg.batch
     vt = VirtualThreads(sess, sch.threads)
-    for n0, c0, oh0, ow0 in itertools.product(range(nb), range(cb), range(0, o.h, sch.toh),
-                                              range(0, o.w, sch.tow)):
-        th, tw = min(sch.toh, o.h - oh0), min(sch.tow, o.w - ow0)
+    for n0, c0, oh0, ow0, th, tw in _channel_tiles(L, sch, cfg):
         n = th * tw
         plane = (n0 * cb + c0) * o.h * o.w
         with vt.tile() as a:
