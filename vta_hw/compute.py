@@ -77,6 +77,9 @@ class Compute(wiring.Component):
     uop_*, inp_r_*, wgt_r_*, acc_*, out_w_* : SRAM ports.
     finish_start : Out
         A FINISH starts in this cycle (it finishes, and the run ends, in the next).
+    idle, active : Out
+        No instruction taken; the unit makes progress in this cycle
+        (:class:`~vtakit.vta_hw.control.UnitControl`), for the core's deadlock detection.
     """
 
     def __init__(self, cfg: HwConfig):
@@ -102,7 +105,7 @@ class Compute(wiring.Component):
             "acc_r_addr": Out(IDX_BITS), "acc_r_data": In(arr(cfg.acc_elem_bits, 1)),
             "out_w_en": Out(arr(1, 1)), "out_w_addr": Out(IDX_BITS),
             "out_w_data": Out(arr(cfg.out_elem_bits, 1)),
-            "finish_start": Out(1), "idle": Out(1),
+            "finish_start": Out(1), "idle": Out(1), "active": Out(1),
         })
 
     def elaborate(self, platform):
@@ -115,7 +118,7 @@ class Compute(wiring.Component):
                            [(flag, tokens[q]) for flag, q in TOKEN_POPS["compute"]],
                            [(flag, tokens[q]) for flag, q in TOKEN_PUSHES["compute"]], fin,
                            fin_next)
-        m.d.comb += self.idle.eq(ctl.idle)
+        m.d.comb += [self.idle.eq(ctl.idle), self.active.eq(ctl.active)]
         cand_bits = ctl.cand.as_value()
         op = ctl.cand.opcode
         g = data.View(lays.gemm, cand_bits)

@@ -57,6 +57,9 @@ class UnitControl:
     insn: Signal       # the unit's instruction register
     busy: Value        # an instruction has started and not finished
     idle: Value        # no instruction (taken, running or pushing)
+    active: Value      # busy, or takes, starts or pushes in this cycle: the unit makes
+    #                    progress (a unit that is not active waits for a command, a token or
+    #                    room in a token queue, and stays so until another unit acts)
     state: Signal
 
 
@@ -149,4 +152,5 @@ def _unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Valu
     with m.Elif(fin):
         m.d.sync += state.eq(PUSH)
     return UnitControl(start=start, cand=cand, insn=insn, busy=state == BUSY,
-                       idle=state == IDLE, state=state)
+                       idle=state == IDLE, active=(state == BUSY) | take | start | pushed,
+                       state=state)

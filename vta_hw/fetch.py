@@ -47,6 +47,9 @@ class Fetch(wiring.Component):
         The three command queues.
     idle : Out
         Every instruction has been dispatched.
+    active : Out
+        Fetch makes progress in this cycle: it requests or receives a group, or dispatches an
+        instruction (it is not idle and not blocked on a full command queue).
     """
 
     def __init__(self, cfg: HwConfig):
@@ -59,7 +62,7 @@ class Fetch(wiring.Component):
             "load_cmd": Out(CommandWriteSignature(isa.INSN_WIDTH_BITS)),
             "compute_cmd": Out(CommandWriteSignature(isa.INSN_WIDTH_BITS)),
             "store_cmd": Out(CommandWriteSignature(isa.INSN_WIDTH_BITS)),
-            "idle": Out(1),
+            "idle": Out(1), "active": Out(1),
         })
 
     def queues(self) -> dict[str, wiring.PureInterface]:
@@ -176,6 +179,7 @@ class Fetch(wiring.Component):
             with m.If(target[q]):
                 m.d.comb += full.eq(queues[q].full)
         m.d.comb += go.eq((st == DISP) & ~full)
+        m.d.comb += self.active.eq((st == REQ) | go)
         for q in QUEUES:
             m.d.comb += queues[q].en.eq(go & target[q])
 

@@ -41,6 +41,9 @@ class Load(wiring.Component):
     mem : Out(MemClientSignature(cfg))
         The memory-port client (read).
     inp_w_*, wgt_w_* : write lanes of the INP and WGT buffers.
+    idle, active : Out
+        No instruction taken; the unit makes progress in this cycle
+        (:class:`~vtakit.vta_hw.control.UnitControl`), for the core's deadlock detection.
     """
 
     def __init__(self, cfg: HwConfig):
@@ -57,7 +60,7 @@ class Load(wiring.Component):
             "inp_w_data": Out(arr(cfg.inp_elem_bits, ri)),
             "wgt_w_en": Out(arr(1, rw)), "wgt_w_addr": Out(IDX_BITS),
             "wgt_w_data": Out(arr(cfg.wgt_elem_bits, rw)),
-            "idle": Out(1),
+            "idle": Out(1), "active": Out(1),
         })
 
     def elaborate(self, platform):
@@ -73,7 +76,7 @@ class Load(wiring.Component):
                            dma.finish_next)
         inp, wgt = dma.writes[MemType.INP], dma.writes[MemType.WGT]
         m.d.comb += [
-            self.idle.eq(ctl.idle), fin.eq(dma.finish),
+            self.idle.eq(ctl.idle), self.active.eq(ctl.active), fin.eq(dma.finish),
             dma.start.eq(ctl.start), dma.insn.eq(ctl.cand.as_value()),
             self.inp_w_en.eq(inp.en), self.inp_w_addr.eq(inp.addr), self.inp_w_data.eq(inp.data),
             self.wgt_w_en.eq(wgt.en), self.wgt_w_addr.eq(wgt.addr), self.wgt_w_data.eq(wgt.data),

@@ -8,7 +8,8 @@
 * :class:`TokenCounter`: one of the four token queues (l2g, g2l, g2s, s2g), a counter of
   capacity ``depth``. A pushed token is visible to the consumer in the same cycle
   (``consumer.avail`` includes ``producer.push``); a popped slot is usable by the producer one
-  cycle later (``producer.can_push`` is registered).
+  cycle later (``producer.can_push`` is registered). ``clear`` empties it (the core clears its
+  four counters with ``start``, so a token a faulty run left behind never reaches the next).
 
 Both sides of each queue are the typed interfaces of :mod:`vtakit.vta_hw.interfaces`.
 """
@@ -127,6 +128,8 @@ class TokenCounter(wiring.Component):
         cycle).
     consumer : In(TokenPopSignature())
         ``pop`` (only when ``avail``: a token is held, or is being pushed in this cycle).
+    clear : In
+        Empty the queue at the end of this cycle (overrides a push and a pop).
     count : Out
     """
 
@@ -135,7 +138,7 @@ class TokenCounter(wiring.Component):
         self.depth = depth
         super().__init__({"producer": In(TokenPushSignature()),
                           "consumer": In(TokenPopSignature()),
-                          "count": Out(range(depth + 1))})
+                          "clear": In(1), "count": Out(range(depth + 1))})
 
     def elaborate(self, platform):
         m = Module()
@@ -144,4 +147,6 @@ class TokenCounter(wiring.Component):
         m.d.comb += [self.count.eq(cnt), self.producer.can_push.eq(cnt < self.depth),
                      self.consumer.avail.eq((cnt != 0) | push)]
         m.d.sync += cnt.eq(cnt + push - pop)
+        with m.If(self.clear):
+            m.d.sync += cnt.eq(0)
         return m

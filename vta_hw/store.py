@@ -54,6 +54,9 @@ class Store(wiring.Component):
         The memory-port client (write): ``wr_beat`` is high when the port sends a beat of this
         unit, ``wr_data`` and ``wr_strb`` are that beat.
     out_r_addr, out_r_data : OUT buffer read lanes.
+    idle, active : Out
+        No instruction taken; the unit makes progress in this cycle
+        (:class:`~vtakit.vta_hw.control.UnitControl`), for the core's deadlock detection.
     """
 
     def __init__(self, cfg: HwConfig):
@@ -68,7 +71,7 @@ class Store(wiring.Component):
             "mem": Out(MemClientSignature(cfg, write=True)),
             "out_r_addr": Out(IDX_BITS),
             "out_r_data": In(data.ArrayLayout(unsigned(8 * eb), r)),
-            "idle": Out(1),
+            "idle": Out(1), "active": Out(1),
         })
 
     def elaborate(self, platform):
@@ -86,7 +89,7 @@ class Store(wiring.Component):
                            [(flag, tokens[q]) for flag, q in TOKEN_POPS["store"]],
                            [(flag, tokens[q]) for flag, q in TOKEN_PUSHES["store"]], fin,
                            fin_next)
-        m.d.comb += self.idle.eq(ctl.idle)
+        m.d.comb += [self.idle.eq(ctl.idle), self.active.eq(ctl.active)]
         # the instruction: in ctl's register from the start cycle to the cycle before the
         # finish (nothing below reads it in the finish cycle)
         cur = ctl.cand

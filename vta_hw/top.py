@@ -3,13 +3,15 @@ store units, the on-chip buffers and the shared memory port, wired together.
 
 Ports (see docs/hardware.md): ``start`` (one-cycle pulse; ``insn_addr`` and ``insn_count``
 sampled with it; the next cycle is cycle 0 of docs/timing.md), ``done`` (high from the cycle
-FINISH finishes until the next start), ``cycles`` (cycle counter, frozen at the total cycle count
-when ``done`` rises), ``hw_ver``, ``hw_id``, and the burst memory interface ``mem_*``.
+FINISH finishes, or a deadlock is detected, until the next start), ``cycles`` (cycle counter,
+frozen when ``done`` rises), ``fault`` (what went wrong,
+:class:`~vtakit.vta_hw.faults.Fault`), ``hw_ver``, ``hw_id``, and the burst memory interface
+``mem_*``.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,6 +19,7 @@ from vtakit.vta_hw import isa
 from vtakit.vta_hw.compute import Compute
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.dma import lanes_of
+from vtakit.vta_hw.faults import DEADLOCK_QUIET_CYCLES, FAULT_BITS, Fault
 from vtakit.vta_hw.fetch import Fetch
 from vtakit.vta_hw.interfaces import ADDR_BITS
 from vtakit.vta_hw.isa import MemType
@@ -26,7 +29,7 @@ from vtakit.vta_hw.queues import CmdQueue, TokenCounter
 from vtakit.vta_hw.sram import BankedMemory
 from vtakit.vta_hw.store import Store
 
-__all__ = ["Core", "hw_ver_word"]
+__all__ = ["Core", "Fault", "hw_ver_word", "DEADLOCK_QUIET_CYCLES", "FAULT_BITS"]
 
 
 def hw_ver_word() -> int:
@@ -40,6 +43,9 @@ class Core(wiring.Component):
     Parameters
     ----------
     cfg : HwConfig
+
+    After a fault the units may still hold instructions of the failed run: reset the core
+    (its ``sync`` domain; the buffers keep their contents) before the next ``start``.
     """
 
     def __init__(self, cfg: HwConfig):
@@ -52,7 +58,8 @@ class Core(wiring.Component):
         # that the RTL bench and the boards' SoCs connect to.
         super().__init__({
             "start": In(1), "insn_addr": In(32), "insn_count": In(32),
-            "done": Out(1), "cycles": Out(32), "hw_ver": Out(32), "hw_id": Out(32),
+            "done": Out(1), "cycles": Out(32), "fault": Out(FAULT_BITS),
+            "hw_ver": Out(32), "hw_id": Out(32),
             "mem_rd_valid": Out(1), "mem_rd_addr": Out(ADDR_BITS),
             "mem_rd_beats": Out(range(1, mb + 1)),
             "mem_rd_data_valid": In(1), "mem_rd_data": In(bus),
@@ -152,11 +159,36 @@ class Core(wiring.Component):
         done = Signal()
         running = Signal()
         cycles = Signal(32)
-        m.d.comb += [self.done.eq(done), self.cycles.eq(cycles)]
+        fault = Signal(FAULT_BITS)
+        m.d.comb += [self.done.eq(done), self.cycles.eq(cycles), self.fault.eq(fault)]
         with m.If(running & ~done):
             m.d.sync += cycles.eq(cycles + 1)
         with m.If(compute.finish_start & running):
             m.d.sync += done.eq(1)
+
+        # faults (class Fault): a deadlock ends the run; the end-of-run check looks at the
+        # state after FINISH's finish cycle e, in cycle e + 1
+        quiet = Signal()
+        m.d.comb += quiet.eq(running & ~done & ~fetch.active & ~load.active & ~compute.active
+                             & ~store.active)
+        quiet_for = Signal(range(DEADLOCK_QUIET_CYCLES))
+        m.d.sync += quiet_for.eq(0)
+        with m.If(quiet):
+            m.d.sync += quiet_for.eq(quiet_for + 1)
+            with m.If(quiet_for == DEADLOCK_QUIET_CYCLES - 1):
+                m.d.sync += [done.eq(1), fault.eq(fault | Fault.DEADLOCK)]
+        finish_e = Signal()  # cycle e
+        check = Signal()     # cycle e + 1
+        m.d.sync += [finish_e.eq(compute.finish_start & running), check.eq(finish_e)]
+        unfinished = ((~load.idle) | (load_q.level != 0) | (~store.idle) | (store_q.level != 0))
+        left = [tokens.count != 0 for tokens in (l2g, g2l, g2s, s2g)]
+        with m.If(check):
+            m.d.sync += fault.eq(fault | Mux(unfinished, Fault.UNFINISHED, 0)
+                                 | Cat(Const(0, 2), *left))
+
         with m.If(self.start):
-            m.d.sync += [cycles.eq(0), done.eq(0), running.eq(1)]
+            m.d.sync += [cycles.eq(0), done.eq(0), running.eq(1), fault.eq(0), quiet_for.eq(0),
+                         finish_e.eq(0), check.eq(0)]
+        for tokens in (l2g, g2l, g2s, s2g):
+            m.d.comb += tokens.clear.eq(self.start)
         return m

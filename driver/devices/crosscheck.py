@@ -3,7 +3,8 @@ same total cycle count (docs/timing.md).
 
 :class:`CrossCheckDevice` is a device like the others (:mod:`vtakit.driver.devices`): it runs every
 stream on the ``sim`` and the ``rtl`` device and raises :class:`Mismatch` when they disagree, so
-any driver workload doubles as a cross-check. It lives in the driver because it needs both the
+any driver workload doubles as a cross-check; an illegal stream must fail on both with the same
+error class. It lives in the driver because it needs both the
 simulator and the RTL device, and only the driver sits above both (``driver -> vta_sim,
 vta_hw``).
 
@@ -29,6 +30,7 @@ import numpy as np
 from vtakit.driver.device import Device, DeviceInfo, RunResult
 from vtakit.driver.devices.rtl import RtlDevice
 from vtakit.driver.devices.sim import SimDevice
+from vtakit.driver.errors import DeviceError
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import MemType
@@ -105,7 +107,10 @@ class CrossCheckDevice(Device):
         Passed to :class:`RtlDevice` when one is created (``simulator``, ``waves``, ...).
 
     Reads and ``wait()`` results come from the RTL (with the simulator's statistics); after
-    every run the two DRAMs and cycle counts must agree, else :class:`Mismatch`.
+    every run the two DRAMs and cycle counts must agree, else :class:`Mismatch`. A stream
+    that fails must fail on both with the same error class (``DeadlockError``,
+    ``CycleLimitError``, ``DeviceError``), which ``wait()`` raises (the simulator's, naming the
+    instruction), else :class:`Mismatch`.
 
     Attributes
     ----------
@@ -157,8 +162,11 @@ class CrossCheckDevice(Device):
                                "device")
         self._pending = None
         stream = self.sim.dram[p.insn_addr:p.insn_addr + isa.INSN_BYTES * p.insn_count].copy()
-        s = self.sim.wait(timeout_s)
-        r = self.rtl.wait(timeout_s)
+        s, s_err = _outcome(self.sim.wait, timeout_s)
+        r, r_err = _outcome(self.rtl.wait, timeout_s)
+        if s_err is not None or r_err is not None:
+            _same_failure(self.cfg, stream, s_err, r_err)
+        assert s is not None and r is not None
         compare_run(self.cfg, stream, self.sim.dram, self.rtl.dram, s.cycles, r.cycles,
                     rtl_tb_cycles=r.stats["tb_cycles"])
         return RunResult(cycles=r.cycles, stats=s.stats)
@@ -168,6 +176,37 @@ class CrossCheckDevice(Device):
 
     def close(self) -> None:
         self.rtl.close()
+
+
+def _outcome(wait: Callable[[float], RunResult], timeout_s: float
+             ) -> tuple[RunResult | None, Exception | None]:
+    try:
+        return wait(timeout_s), None
+    except (DeviceError, TimeoutError) as err:
+        return None, err
+
+
+def _same_failure(cfg: HwConfig, stream: np.ndarray, sim_err: Exception | None,
+                  rtl_err: Exception | None) -> None:
+    """Both devices failed with the same class: raise it (the simulator's, which names the
+    instruction). A timeout on either side is raised as it is (wall-clock time is no fault of
+    the stream). Otherwise :class:`Mismatch`."""
+    from vtakit.vta_hw.disasm import disassemble
+
+    for err in (sim_err, rtl_err):
+        if isinstance(err, TimeoutError) and not isinstance(err, DeviceError):
+            raise err
+    if sim_err is not None and rtl_err is not None and type(sim_err) is type(rtl_err):
+        assert isinstance(sim_err, DeviceError)
+        raise type(sim_err)(f"{sim_err} [rtl agrees: {rtl_err}]", sim_err.index,
+                            sim_err.insn) from None
+
+    def what(err: Exception | None) -> str:
+        return "ran to the end" if err is None else f"raised {type(err).__name__}: {err}"
+
+    listing = "\n".join(disassemble(bytes(stream), cfg))
+    raise Mismatch(f"rtl and sim disagree on how the stream fails:\n  sim {what(sim_err)}\n"
+                   f"  rtl {what(rtl_err)}\nprogram:\n{listing}")
 
 
 def check_images(images: Iterable[RunImage], rtl: Device, *, stop_on_first: bool = False,

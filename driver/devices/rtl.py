@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 
 from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
-from vtakit.driver.errors import CycleLimitError, DeviceError
+from vtakit.driver.errors import CycleLimitError, DeadlockError, DeviceError
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.faults import Fault
+from vtakit.vta_sim.errors import DEFAULT_CYCLE_LIMIT
 
 __all__ = ["RtlDevice", "RtlStats"]
 
@@ -49,7 +51,11 @@ class RtlDevice(HostMemoryDevice):
         both. The file is complete after :meth:`close`. Uses a separately cached tracing build
         (Verilator only).
     cycle_limit : int | None
-        Fail a run that has not raised ``done`` after this many cycles.
+        Fail a run that has not raised ``done`` after this many cycles (``CycleLimitError``;
+        ``None``: no limit). The default is the ``sim`` device's,
+        :data:`vtakit.vta_sim.DEFAULT_CYCLE_LIMIT` (2^32). A deadlock does not wait for it:
+        the core detects one within :data:`vtakit.vta_hw.faults.DEADLOCK_QUIET_CYCLES` cycles
+        (``DeadlockError``).
     verilog : str | None
         Verilog of ``vta_core`` to simulate instead of ``vtakit.vta_hw.top.Core`` (tests of
         the harness use a stand-in).
@@ -65,13 +71,17 @@ class RtlDevice(HostMemoryDevice):
     keeps_sram = True
 
     def __init__(self, cfg: HwConfig, *, dram_bytes: int = 64 << 20, simulator: str = "verilator",
-                 waves: str | os.PathLike | None = None, cycle_limit: int | None = None,
+                 waves: str | os.PathLike | None = None,
+                 cycle_limit: int | None = DEFAULT_CYCLE_LIMIT,
                  verilog: str | None = None):
         from vtakit.vta_hw.sim import build
         from vtakit.vta_hw.sim.build import DRAM_CAPACITY
 
         if not 0 < dram_bytes <= DRAM_CAPACITY:
             raise ValueError(f"RtlDevice: dram_bytes={dram_bytes} must be in 1..{DRAM_CAPACITY}")
+        if cycle_limit is not None and cycle_limit < 0:
+            raise ValueError(f"RtlDevice: cycle_limit={cycle_limit}: expected a non-negative "
+                             f"int or None")
         super().__init__(cfg, dram_bytes)
         # Verilator: one build (of the largest DRAM) serves every size; Icarus zero-fills its
         # DRAM array at start-up, so it gets exactly the size asked for
@@ -106,10 +116,15 @@ class RtlDevice(HostMemoryDevice):
         self._pending = (insn_addr, insn_count)
 
     def wait(self, timeout_s: float) -> RunResult:
-        """Simulate the pending run; ``TimeoutError`` after ``timeout_s`` wall-clock seconds,
-        :class:`~vtakit.driver.errors.DeviceError` if the core breaks the memory protocol,
-        :class:`~vtakit.driver.errors.CycleLimitError` if it exceeds ``cycle_limit``."""
-        from vtakit.vta_hw.sim import RtlCycleLimit, RtlProtocolError
+        """Simulate the pending run. The errors are the ``sim`` device's for the same faults:
+        ``DeadlockError`` (the core detected a deadlock), ``DeviceError`` (tokens left in a
+        dependency queue or a load/store not finished at FINISH, as the core's FAULT register
+        reports; or the core broke the memory protocol), ``CycleLimitError`` (past
+        ``cycle_limit``), ``TimeoutError`` (past ``timeout_s`` wall-clock seconds). After any of
+        them the core is reset and the simulator keeps running with the buffers' contents, so
+        the next run is correct; only a simulator that stops answering is killed (then the
+        next run starts a fresh one, and the buffers are lost)."""
+        from vtakit.vta_hw.sim import RtlCycleLimit, RtlFault, RtlProtocolError, RtlTimeout
 
         if self._pending is None:
             raise RuntimeError("wait() without a run(): nothing is running on the rtl device")
@@ -120,12 +135,17 @@ class RtlDevice(HostMemoryDevice):
         self._dirty = []
         try:
             r = sim.run(self.dram, insn_addr, insn_count,
-                        cycle_limit=self.cycle_limit if self.cycle_limit is not None else 1 << 40,
+                        cycle_limit=self.cycle_limit if self.cycle_limit is not None else 1 << 62,
                         timeout_s=timeout_s)
+        except RtlFault as e:
+            kind = DeadlockError if e.fault & Fault.DEADLOCK else DeviceError
+            raise kind(f"rtl: {e}") from None
         except RtlProtocolError as e:
             raise DeviceError(f"rtl: {e}") from None
         except RtlCycleLimit as e:
             raise CycleLimitError(f"rtl: {e}") from None
+        except RtlTimeout as e:
+            raise TimeoutError(f"rtl device: {e}") from None
         except TimeoutError:
             self._sim = None  # killed; the next run starts a fresh simulator (SRAMs lost)
             raise

@@ -8,15 +8,18 @@ from amaranth.sim import Simulator as AmSim
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.top import Core
+from vtakit.vta_hw.top import Core, Fault
 from vtakit.vta_sim import Simulator
 
 DEBUG = False
 
 
 def run_core(cfg: HwConfig, dram: np.ndarray, insn_addr: int, insn_count: int,
-             limit: int = 20000, core: Core | None = None) -> int:
-    """Run the stream on the RTL; ``dram`` is updated in place; returns the cycle count."""
+             limit: int = 20000, core: Core | None = None, faults: list | None = None) -> int:
+    """Run the stream on the RTL; ``dram`` is updated in place; returns the cycle count.
+
+    The core's ``fault`` port, read two cycles after ``done`` (when the end-of-run check has
+    been made), must be 0, unless ``faults`` is given: it is appended there."""
     dut = core or Core(cfg)
     L, W = cfg.mem_read_latency_cycles, cfg.bus_bytes
     result = {}
@@ -38,6 +41,12 @@ def run_core(cfg: HwConfig, dram: np.ndarray, insn_addr: int, insn_count: int,
             if ctx.get(dut.done):
                 result["cycles"] = c
                 assert ctx.get(dut.cycles) == c
+                await ctx.tick().repeat(2)
+                fault = ctx.get(dut.fault)
+                if faults is not None:
+                    faults.append(Fault(fault))
+                else:
+                    assert fault == 0, f"the core reports {Fault(fault)!r}"
                 return
             if ctx.get(dut.mem_rd_valid):
                 base, k = ctx.get(dut.mem_rd_addr), ctx.get(dut.mem_rd_beats)

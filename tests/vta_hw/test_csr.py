@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import preset
-from vtakit.vta_hw.csr import CTRL_DONE, CTRL_START, CsrAddr, CsrBlock
-from vtakit.vta_hw.isa import FinishInsn
-from vtakit.vta_hw.top import Core, hw_ver_word
+from vtakit.vta_hw.csr import CTRL_DONE, CTRL_FAULT, CTRL_RESET, CTRL_START, CsrAddr, CsrBlock
+from vtakit.vta_hw.isa import FinishInsn, GemmInsn
+from vtakit.vta_hw.top import Core, Fault, hw_ver_word
 from vtakit.vta_sim import Simulator as VtaSim
 
 CFG = preset("ice40")
@@ -41,12 +41,13 @@ def run(dut, bench):
     sim.run()
 
 
-# (operation, address, value written / expected read); the fake core has done=1, cycles=1234
+# (operation, address, value written / expected read); the fake core has done=1, cycles=1234,
+# fault=0b100100 (tokens left in l2g and s2g)
 REGISTER_CASES = [
     ("read", CsrAddr.HW_VER, hw_ver_word()),
     ("read", CsrAddr.HW_ID, CFG.hash_u32),
     ("read", CsrAddr.CYCLES, 1234),
-    ("read", CsrAddr.CTRL, CTRL_DONE),
+    ("read", CsrAddr.CTRL, CTRL_DONE | CTRL_FAULT),
     ("read", CsrAddr.INSN_ADDR, 0),
     ("write", CsrAddr.INSN_ADDR, 0x1230),
     ("read", CsrAddr.INSN_ADDR, 0x1230),
@@ -57,7 +58,10 @@ REGISTER_CASES = [
     ("read", CsrAddr.HW_ID, CFG.hash_u32),
     ("write", CsrAddr.CYCLES, 7),
     ("read", CsrAddr.CYCLES, 1234),
-    ("read", 0x18, 0),  # unmapped
+    ("read", CsrAddr.FAULT, 0b100100),
+    ("write", CsrAddr.FAULT, 0),  # read-only: ignored
+    ("read", CsrAddr.FAULT, 0b100100),
+    ("read", 0x1C, 0),  # unmapped
     ("read", 0x40, 0),
     ("write", 0x40, 5),  # unmapped write: no effect anywhere
     ("read", CsrAddr.INSN_COUNT, 0xdeadbeef),
@@ -71,6 +75,7 @@ def test_register_map():
     async def bench(ctx):
         ctx.set(csr.core_done, 1)
         ctx.set(csr.core_cycles, 1234)
+        ctx.set(csr.core_fault, 0b100100)
         for k, (op, addr, value) in enumerate(REGISTER_CASES):
             if op == "write":
                 await bus_write(ctx, csr, addr, value)
@@ -161,3 +166,69 @@ def test_run_through_registers():
     sim.add_process(memory)
     sim.add_testbench(host)
     sim.run_until(1e-6 * 400)
+
+
+def test_fault_and_reset_through_registers():
+    """A stream that leaves a token behind: DONE, then FAULT names the queue; RESET (the SoC
+    wraps the core in ResetInserter) and a correct run reads FAULT 0 and vta_sim's cycles."""
+    bad = [GemmInsn(push_next=1), FinishInsn()]  # compute -> store token nobody pops
+    good = [FinishInsn()]
+    dram = np.zeros(1 << 12, np.uint8)
+    for addr, insns in ((0x100, bad), (0x200, good)):
+        raw = np.frombuffer(isa.encode_stream(insns, CFG), np.uint8)
+        dram[addr:addr + raw.size] = raw
+    want = VtaSim(CFG, dram.copy()).run(0x200, len(good)).cycles
+
+    m = Module()
+    core_rst = Signal()
+    inner = Core(CFG)
+    m.submodules.core = ResetInserter({"sync": core_rst})(inner)
+    csr = m.submodules.csr = CsrBlock(CFG)
+    m.d.comb += [inner.start.eq(csr.core_start), inner.insn_addr.eq(csr.core_insn_addr),
+                 inner.insn_count.eq(csr.core_insn_count), csr.core_done.eq(inner.done),
+                 csr.core_cycles.eq(inner.cycles), csr.core_fault.eq(inner.fault),
+                 core_rst.eq(csr.core_reset)]
+    L, W = CFG.mem_read_latency_cycles, CFG.bus_bytes
+
+    async def memory(ctx):
+        pending: dict[int, int] = {}
+        cycle = 0
+        async for (_, _, rd_valid, addr, beats) in ctx.tick().sample(
+                inner.mem_rd_valid, inner.mem_rd_addr, inner.mem_rd_beats):
+            if rd_valid:
+                for i in range(beats):
+                    pending[cycle + L + i] = addr + i * W
+            cycle += 1
+            a = pending.pop(cycle, None)
+            ctx.set(inner.mem_rd_data_valid, a is not None)
+            if a is not None:
+                ctx.set(inner.mem_rd_data, int.from_bytes(dram[a:a + W].tobytes(), "little"))
+
+    async def run_stream(ctx, addr, count):
+        await bus_write(ctx, csr, CsrAddr.INSN_ADDR, addr)
+        await bus_write(ctx, csr, CsrAddr.INSN_COUNT, count)
+        await bus_write(ctx, csr, CsrAddr.CTRL, CTRL_START)
+        for _ in range(200):
+            if await bus_read(ctx, csr, CsrAddr.CTRL) & CTRL_DONE:
+                break
+        else:
+            raise AssertionError("DONE never set")
+        return await bus_read(ctx, csr, CsrAddr.CTRL), await bus_read(ctx, csr, CsrAddr.FAULT)
+
+    async def host(ctx):
+        ctrl, fault = await run_stream(ctx, 0x100, len(bad))
+        assert fault == Fault.TOKENS_G2S and ctrl & CTRL_FAULT
+        await bus_write(ctx, csr, CsrAddr.CTRL, CTRL_RESET)
+        await ctx.tick()
+        ctrl, fault = await run_stream(ctx, 0x200, len(good))
+        assert fault == 0 and not ctrl & CTRL_FAULT
+        assert await bus_read(ctx, csr, CsrAddr.CYCLES) == want
+        done.append(True)
+
+    done: list[bool] = []
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_process(memory)
+    sim.add_testbench(host)
+    sim.run_until(1e-6 * 800)
+    assert done

@@ -8,8 +8,9 @@ with ``vta_sim``.
 """
 
 from .build import RtlBuild, build, cache_root, missing_tools
-from .process import RtlCycleLimit, RtlProtocolError, RtlRun, RtlSimulation
+from .process import RtlCycleLimit, RtlFault, RtlProtocolError, RtlRun, RtlSimulation, RtlTimeout
 from .verilog_cache import cached_core_verilog, core_verilog
 
 __all__ = ["RtlBuild", "build", "cache_root", "core_verilog", "cached_core_verilog",
-           "missing_tools", "RtlSimulation", "RtlRun", "RtlProtocolError", "RtlCycleLimit"]
+           "missing_tools", "RtlSimulation", "RtlRun", "RtlProtocolError", "RtlCycleLimit",
+           "RtlFault", "RtlTimeout"]

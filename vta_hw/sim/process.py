@@ -21,10 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
+from vtakit.vta_hw.faults import DEADLOCK_QUIET_CYCLES, TOKEN_FAULTS, Fault
+
 from .build import TOPLEVEL, RtlBuild
 from .tb import ERRORS
 
-__all__ = ["RtlSimulation", "RtlRun", "RtlProtocolError", "RtlCycleLimit"]
+#: How long after a run's ``timeout_s`` the host waits for the bench (which stops the run
+#: itself, within a chunk of cycles) before it kills the simulator.
+TIMEOUT_GRACE_S = 30.0
+
+__all__ = ["RtlSimulation", "RtlRun", "RtlProtocolError", "RtlCycleLimit", "RtlFault",
+           "RtlTimeout"]
 
 
 class RtlProtocolError(RuntimeError):
@@ -33,6 +40,28 @@ class RtlProtocolError(RuntimeError):
 
 class RtlCycleLimit(RuntimeError):
     """The core did not raise ``done`` within the cycle limit."""
+
+
+class RtlTimeout(TimeoutError):
+    """The run took longer than its wall-clock ``timeout_s``; the bench stopped it and reset
+    the core (the simulator process and the buffers' contents survive)."""
+
+
+class RtlFault(RuntimeError):
+    """The core reported a fault (its ``fault`` port, :class:`vtakit.vta_hw.faults.Fault`).
+
+    Attributes
+    ----------
+    fault : vtakit.vta_hw.faults.Fault
+    cycles : int
+        The core's ``cycles`` when ``done`` rose (FINISH's finish cycle, or the cycle the
+        deadlock was detected).
+    """
+
+    def __init__(self, message: str, fault: int, cycles: int):
+        super().__init__(message)
+        self.fault = Fault(fault)
+        self.cycles = cycles
 
 
 @dataclass(frozen=True)
@@ -159,10 +188,16 @@ class RtlSimulation:
 
     def run(self, dram: np.ndarray, insn_addr: int, insn_count: int, *,
             cycle_limit: int = 1 << 40, timeout_s: float | None = None) -> RtlRun:
-        """Run a stream; the core's writes are applied to the host ``dram``."""
+        """Run a stream; the core's writes are applied to the host ``dram``.
+
+        After a failed run (:class:`RtlProtocolError`, :class:`RtlCycleLimit`,
+        :class:`RtlTimeout`, :class:`RtlFault`) the core is reset, so the next run starts
+        clean; the buffers keep their contents. The bench itself stops a run at ``timeout_s``;
+        only if it does not answer ``TIMEOUT_GRACE_S`` later is the simulator killed."""
         t0 = time.perf_counter()
-        reply = self._request(("run", insn_addr, insn_count, cycle_limit), timeout_s,
-                              "done", "error", "limit")
+        reply = self._request(("run", insn_addr, insn_count, cycle_limit, timeout_s),
+                              None if timeout_s is None else timeout_s + TIMEOUT_GRACE_S,
+                              "done", "error", "limit", "timeout")
         self._replay_writes(dram)
         if reply[0] == "error":
             code, cycle, addr, beats, is_write = reply[1:]
@@ -176,7 +211,14 @@ class RtlSimulation:
             self._request(("reset",), 60, "ok")
             raise RtlCycleLimit(f"the core did not finish within {cycle_limit} cycles "
                                 f"(stopped at cycle {reply[1]})")
-        _, cycles, tb_cycles, beats = reply
+        if reply[0] == "timeout":
+            self._request(("reset",), 60, "ok")
+            raise RtlTimeout(f"the run took longer than {timeout_s} s (stopped at cycle "
+                             f"{reply[1]}; the core was reset, its buffers kept)")
+        _, cycles, tb_cycles, beats, fault = reply
+        if fault:
+            self._request(("reset",), 60, "ok")
+            raise RtlFault(_describe_fault(fault, cycles), fault, cycles)
         return RtlRun(cycles, tb_cycles, beats, time.perf_counter() - t0)
 
     def _replay_writes(self, dram: np.ndarray) -> None:
@@ -223,6 +265,25 @@ class RtlSimulation:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _describe_fault(fault: int, cycles: int) -> str:
+    f = Fault(fault)
+    parts = []
+    if f & Fault.DEADLOCK:
+        parts.append(f"deadlock detected at cycle {cycles}: no unit could make progress for "
+                     f"{DEADLOCK_QUIET_CYCLES} cycles before FINISH (every unit waits for a "
+                     f"token nobody will push; expected each pop to be matched by an earlier "
+                     f"push)")
+    if f & Fault.UNFINISHED:
+        parts.append(f"FINISH completed at cycle {cycles} while the load or store unit still "
+                     f"had an instruction to finish (expected the compute unit to pop a token "
+                     f"from that unit before FINISH)")
+    left = [q for q, bit in TOKEN_FAULTS if f & bit]
+    if left:
+        parts.append("run ended with tokens still in the dependency queues "
+                     + ", ".join(left) + " (expected every push to be popped before FINISH)")
+    return "; ".join(parts) + f" (core fault register {fault:#04x})"
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -9,20 +9,27 @@ clock is cocotb's C-level clock and a run waits on the ``done``/``err`` edges wi
 Requests and replies (pickled tuples):
 
 * ``("load",)`` -> ``("ok",)``: ``$readmemh`` the host's sparse hex file into the DRAM;
-* ``("run", insn_addr, insn_count, cycle_limit)`` -> ``("done", cycles, tb_cycles,
-  write_beats)`` | ``("error", code, cycle, addr, beats, is_write)`` | ``("limit", tb_cycles)``;
+* ``("run", insn_addr, insn_count, cycle_limit, timeout_s)`` -> ``("done", cycles, tb_cycles,
+  write_beats, fault)`` | ``("error", code, cycle, addr, beats, is_write)`` |
+  ``("limit", tb_cycles)`` | ``("timeout", tb_cycles)``: the run stops after ``cycle_limit``
+  cycles or ``timeout_s`` wall-clock seconds (``None``: none), checked every
+  :data:`CHUNK_CYCLES` cycles; ``fault`` is the core's ``fault`` port two cycles after ``done``
+  rose (when it is complete, :class:`vtakit.vta_hw.faults.Fault`);
 * ``("id",)`` -> ``("id", hw_ver, hw_id)``; ``("reset",)`` -> ``("ok",)``; ``("quit",)``.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
 
 PERIOD_NS = 10
+#: Cycles simulated between two looks at the wall clock (well under a second on any core).
+CHUNK_CYCLES = 1 << 16
 
 
 async def _pulse(dut, sig) -> None:
@@ -42,7 +49,9 @@ async def _reset(dut) -> None:
     await RisingEdge(dut.clk)
 
 
-async def _run(dut, insn_addr: int, insn_count: int, cycle_limit: int) -> tuple:
+async def _run(dut, insn_addr: int, insn_count: int, cycle_limit: int,
+               timeout_s: float | None = None) -> tuple:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     dut.insn_addr.value = insn_addr
     dut.insn_count.value = insn_count
     await _pulse(dut, dut.log_open)
@@ -50,19 +59,38 @@ async def _run(dut, insn_addr: int, insn_count: int, cycle_limit: int) -> tuple:
     await RisingEdge(dut.clk)  # start is sampled here; the next cycle is cycle 0
     dut.start.value = 0
     base_beats = int(dut.wr_beats_total.value)
-    limit = Timer((cycle_limit + 2) * PERIOD_NS, unit="ns")
-    fired = await First(RisingEdge(dut.done), RisingEdge(dut.err), limit)
+    left = cycle_limit + 2
+    stop = None
+    while True:
+        step = min(left, CHUNK_CYCLES)
+        limit = Timer(step * PERIOD_NS, unit="ns")
+        fired = await First(RisingEdge(dut.done), RisingEdge(dut.err), limit)
+        if fired is not limit:
+            break
+        left -= step
+        if left <= 0:
+            stop = "limit"
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            stop = "timeout"
+            break
     await ReadOnly()  # let every register of this edge settle (Icarus updates them in turn)
     reply: tuple
     if int(dut.err.value):
         reply = ("error", int(dut.err_code.value), int(dut.err_cycle.value),
                  int(dut.err_addr.value), int(dut.err_beats.value), int(dut.err_write.value))
-    elif fired is limit:
-        reply = ("limit", int(dut.tb_cycle.value))
+    elif stop is not None:
+        reply = (stop, int(dut.tb_cycle.value))
     else:
         reply = ("done", int(dut.cycles.value), int(dut.tb_cycle.value),
                  int(dut.wr_beats_total.value) - base_beats)
     await Timer(1, unit="ps")  # leave the read-only phase before driving inputs again
+    if reply[0] == "done":  # the end-of-run check completes two cycles after done
+        await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)
+        await ReadOnly()
+        reply += (int(dut.fault.value),)
+        await Timer(1, unit="ps")
     await _pulse(dut, dut.log_close)
     return reply
 

@@ -9,7 +9,9 @@ cycle. The host side talks to the bench through a few top-level ports:
   ``addr data strb`` (hex) per written beat, from which the host replays the writes;
 * ``err`` / ``err_code`` / ``err_cycle`` / ``err_addr`` / ``err_beats`` / ``err_write``: the
   first protocol violation of the core, held until reset (codes in :data:`ERRORS`);
-* ``tb_cycle``: cycles since the last ``start`` (cycle 0 is the cycle after ``start``).
+* ``tb_cycle``: cycles since the last ``start`` (cycle 0 is the cycle after ``start``);
+* ``fault``: the core's ``fault`` port (:class:`vtakit.vta_hw.faults.Fault`; 0 for a core
+  without one).
 
 Memory protocol (the core's side, checked here): a read burst requested in cycle ``g``
 (``mem_rd_valid``) returns beat ``i`` in cycle ``g+L+i``; a write burst requested in cycle ``g``
@@ -71,6 +73,9 @@ def testbench_verilog(cfg: HwConfig, ports: dict[str, int], dram_bytes: int,
     if missing:
         raise ValueError(f"vta_core lacks the ports {', '.join(sorted(missing))}")
     rbw, wbw = ports["mem_rd_beats"], ports["mem_wr_beats"]
+    fault_port = ".fault(fault_p), " if "fault" in ports else ""
+    fault_w = ports.get("fault", 1)
+    fault_tie = "" if "fault" in ports else "  assign fault_p = 0;\n"
     bw = max(rbw, wbw, M.bit_length()) + 1
     init = ("  integer i;\n  initial for (i = 0; i < WORDS; i = i + 1) mem[i] = 0;\n"
             if zero_init else "")
@@ -86,7 +91,7 @@ module vtakit_tb (
   input dram_load, input log_open, input log_close, input [31:0] dram_limit,
   output err, output reg [7:0] err_code, output reg [31:0] err_cycle,
   output reg [31:0] err_addr, output reg [31:0] err_beats, output reg err_write,
-  output reg [31:0] tb_cycle, output reg [31:0] wr_beats_total
+  output reg [31:0] tb_cycle, output reg [31:0] wr_beats_total, output [31:0] fault
 );
   localparam WORDS = {words}, M = {M}, L = {L}, WB = {wb};
   reg [{W - 1}:0] mem [0:WORDS-1];
@@ -97,9 +102,11 @@ module vtakit_tb (
   wire [{wbw - 1}:0] wr_beats_p;
   wire [{W - 1}:0] rd_data, wr_data;
   wire [{wb - 1}:0] wr_strb;
+  wire [{fault_w - 1}:0] fault_p;
+{fault_tie}  assign fault = {{{{{32 - fault_w}{{1'b0}}}}, fault_p}};
   vta_core core (
     .clk(clk), .rst(rst), .start(start), .insn_addr(insn_addr), .insn_count(insn_count),
-    .done(done), .cycles(cycles), .hw_ver(hw_ver), .hw_id(hw_id),
+    .done(done), .cycles(cycles), {fault_port}.hw_ver(hw_ver), .hw_id(hw_id),
     .mem_rd_valid(rd_valid), .mem_rd_addr(rd_addr), .mem_rd_beats(rd_beats_p),
     .mem_rd_data_valid(rd_data_valid), .mem_rd_data(rd_data),
     .mem_wr_valid(wr_valid), .mem_wr_addr(wr_addr), .mem_wr_beats(wr_beats_p),
