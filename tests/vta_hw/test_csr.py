@@ -34,6 +34,38 @@ async def bus_read(ctx, csr, addr):
     return ctx.get(csr.r_data)
 
 
+def read_memory(core, dram):
+    """A process serving the core's read bursts from ``dram`` with the configured latency
+    (docs/hardware.md: beat ``i`` of a burst requested in cycle ``g`` arrives in ``g+L+i``)."""
+    L, W = CFG.mem_read_latency_cycles, CFG.bus_bytes
+
+    async def memory(ctx):
+        pending: dict[int, int] = {}
+        cycle = 0
+        async for (_, _, rd_valid, addr, beats) in ctx.tick().sample(
+                core.mem_rd_valid, core.mem_rd_addr, core.mem_rd_beats):
+            if rd_valid:
+                for i in range(beats):
+                    pending[cycle + L + i] = addr + i * W
+            cycle += 1
+            a = pending.pop(cycle, None)
+            ctx.set(core.mem_rd_data_valid, a is not None)
+            if a is not None:
+                ctx.set(core.mem_rd_data, int.from_bytes(dram[a:a + W].tobytes(), "little"))
+    return memory
+
+
+async def start_and_wait(ctx, csr, addr, count):
+    """Start ``count`` instructions at ``addr`` through the registers; poll until DONE."""
+    await bus_write(ctx, csr, CsrAddr.INSN_ADDR, addr)
+    await bus_write(ctx, csr, CsrAddr.INSN_COUNT, count)
+    await bus_write(ctx, csr, CsrAddr.CTRL, CTRL_START)
+    for _ in range(200):
+        if await bus_read(ctx, csr, CsrAddr.CTRL) & CTRL_DONE:
+            return
+    raise AssertionError("DONE never set")
+
+
 def run(dut, bench):
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -133,37 +165,15 @@ def test_run_through_registers():
     m.d.comb += [core.start.eq(csr.core_start), core.insn_addr.eq(csr.core_insn_addr),
                  core.insn_count.eq(csr.core_insn_count), csr.core_done.eq(core.done),
                  csr.core_cycles.eq(core.cycles)]
-    L, W = CFG.mem_read_latency_cycles, CFG.bus_bytes
-
-    async def memory(ctx):
-        pending: dict[int, int] = {}
-        cycle = 0
-        async for (_, _, rd_valid, addr, beats) in ctx.tick().sample(
-                core.mem_rd_valid, core.mem_rd_addr, core.mem_rd_beats):
-            if rd_valid:
-                for i in range(beats):
-                    pending[cycle + L + i] = addr + i * W
-            cycle += 1
-            a = pending.pop(cycle, None)
-            ctx.set(core.mem_rd_data_valid, a is not None)
-            if a is not None:
-                ctx.set(core.mem_rd_data, int.from_bytes(dram[a:a + W].tobytes(), "little"))
 
     async def host(ctx):
-        await bus_write(ctx, csr, CsrAddr.INSN_ADDR, insn_addr)
-        await bus_write(ctx, csr, CsrAddr.INSN_COUNT, len(insns))
-        await bus_write(ctx, csr, CsrAddr.CTRL, CTRL_START)
-        for _ in range(200):
-            if await bus_read(ctx, csr, CsrAddr.CTRL) & CTRL_DONE:
-                break
-        else:
-            raise AssertionError("DONE never set")
+        await start_and_wait(ctx, csr, insn_addr, len(insns))
         assert await bus_read(ctx, csr, CsrAddr.CYCLES) == want
         assert await bus_read(ctx, csr, CsrAddr.HW_ID) == CFG.hash_u32
 
     sim = Simulator(m)
     sim.add_clock(1e-6)
-    sim.add_process(memory)
+    sim.add_process(read_memory(core, dram))
     sim.add_testbench(host)
     sim.run_until(1e-6 * 400)
 
@@ -188,31 +198,9 @@ def test_fault_and_reset_through_registers():
                  inner.insn_count.eq(csr.core_insn_count), csr.core_done.eq(inner.done),
                  csr.core_cycles.eq(inner.cycles), csr.core_fault.eq(inner.fault),
                  core_rst.eq(csr.core_reset)]
-    L, W = CFG.mem_read_latency_cycles, CFG.bus_bytes
-
-    async def memory(ctx):
-        pending: dict[int, int] = {}
-        cycle = 0
-        async for (_, _, rd_valid, addr, beats) in ctx.tick().sample(
-                inner.mem_rd_valid, inner.mem_rd_addr, inner.mem_rd_beats):
-            if rd_valid:
-                for i in range(beats):
-                    pending[cycle + L + i] = addr + i * W
-            cycle += 1
-            a = pending.pop(cycle, None)
-            ctx.set(inner.mem_rd_data_valid, a is not None)
-            if a is not None:
-                ctx.set(inner.mem_rd_data, int.from_bytes(dram[a:a + W].tobytes(), "little"))
 
     async def run_stream(ctx, addr, count):
-        await bus_write(ctx, csr, CsrAddr.INSN_ADDR, addr)
-        await bus_write(ctx, csr, CsrAddr.INSN_COUNT, count)
-        await bus_write(ctx, csr, CsrAddr.CTRL, CTRL_START)
-        for _ in range(200):
-            if await bus_read(ctx, csr, CsrAddr.CTRL) & CTRL_DONE:
-                break
-        else:
-            raise AssertionError("DONE never set")
+        await start_and_wait(ctx, csr, addr, count)
         return await bus_read(ctx, csr, CsrAddr.CTRL), await bus_read(ctx, csr, CsrAddr.FAULT)
 
     async def host(ctx):
@@ -228,7 +216,7 @@ def test_fault_and_reset_through_registers():
     done: list[bool] = []
     sim = Simulator(m)
     sim.add_clock(1e-6)
-    sim.add_process(memory)
+    sim.add_process(read_memory(inner, dram))
     sim.add_testbench(host)
     sim.run_until(1e-6 * 800)
     assert done
