@@ -78,7 +78,12 @@ class Device(ABC):
 
     @abstractmethod
     def run(self, insn_addr: int, insn_count: int) -> None:
-        """Start the accelerator on ``insn_count`` instructions at ``insn_addr``."""
+        """Start the accelerator on ``insn_count`` instructions at ``insn_addr``.
+
+        A device whose core does not check SRAM indices (they would wrap around) refuses a
+        stream with an index past a buffer's end here, before starting it, with the ``sim``
+        device's :class:`~vtakit.driver.errors.DeviceError` for it
+        (:class:`vtakit.driver.stream_check.StreamChecker`)."""
 
     @abstractmethod
     def wait(self, timeout_s: float) -> RunResult:

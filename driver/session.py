@@ -41,6 +41,7 @@ import numpy as np
 
 from vtakit.driver.device import Device, RunResult
 from vtakit.driver.program import KernelBuilder, Loop, Program, Reloc, UopKernel
+from vtakit.driver.stream_check import check_program, loop_overflow
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.timing_facts import LOAD_UNIT_MEMORY_TYPES
@@ -393,8 +394,8 @@ class Session:
         outer = kernel.loops[0] if len(kernel.loops) == 2 else Loop(1)
         inner = kernel.loops[-1] if kernel.loops else Loop(1)
         factors = {f: (getattr(outer, f), getattr(inner, f)) for f in ("dst", "src", "wgt")}
-        why = _loop_overflow(self.cfg, mode, np.asarray(kernel.uops, dtype=np.int64),
-                             outer.extent, inner.extent, factors)
+        why = loop_overflow(self.cfg, mode, np.asarray(kernel.uops, dtype=np.int64),
+                            outer.extent, inner.extent, factors)
         if why is not None:
             key = next((repr(k) for k, v in self._kernels.items() if v is kernel), "(unnamed)")
             raise ValueError(f"{mode}: kernel {key}: {why}; kernel {kernel.describe()}")
@@ -547,139 +548,11 @@ class Session:
         return self._execute(program, bindings, timeout_s)
 
 
-#: The buffer each loop index of a GEMM/ALU reads or writes (docs/isa.md "Execution
-#: semantics"; the ALU's ``src`` reads ACC). The simulator refuses an index past a buffer's end;
-#: the RTL takes indices modulo the buffer's index width, so the driver checks them on the host.
-_LOOP_BUFFERS = {"gemm": (("dst", isa.MemType.ACC), ("src", isa.MemType.INP),
-                          ("wgt", isa.MemType.WGT)),
-                 "alu": (("dst", isa.MemType.ACC), ("src", isa.MemType.ACC))}
-
-
-def _loop_overflow(cfg: HwConfig, mode: str, uops: np.ndarray, iter_out: int, iter_in: int,
-                   factors: Mapping[str, tuple[int, int]]) -> str | None:
-    """What is wrong with the largest index of a GEMM/ALU loop, or ``None`` if every index is
-    inside its buffer.
-
-    In closed form: factors are unsigned, so each field's largest index is the largest micro-op
-    value plus ``factor_out * (iter_out - 1) + factor_in * (iter_in - 1)``. ``uops`` is (n, 3):
-    dst, src, wgt; ``factors[field]`` is (factor_out, factor_in)."""
-    if len(uops) == 0 or iter_out < 1 or iter_in < 1:
-        return None
-    for col, (field, mem) in enumerate(_LOOP_BUFFERS[mode]):
-        fo, fi = factors[field]
-        values = np.asarray(uops[:, col], dtype=np.int64)
-        u = int(values.argmax())
-        top = int(values[u]) + fo * (iter_out - 1) + fi * (iter_in - 1)
-        depth = cfg.depth(mem)
-        if top >= depth:
-            return (f"{field} index {top} = micro-op {u} {field}={int(values[u])} + "
-                    f"{fo}*{iter_out - 1} + {fi}*{iter_in - 1} (at the last loop iteration) "
-                    f"is out of range: {mem.name} SRAM has depth {depth} (rows "
-                    f"0..{depth - 1})")
-    return None
-
-
 def _check_program_indices(cfg: HwConfig, program: Program) -> None:
     """``ValueError`` naming the first instruction of ``program`` whose SRAM rows leave their
-    buffer: a LOAD's or STORE's block, a GEMM/ALU's ``uop_end``, and every loop index of a
-    GEMM/ALU whose micro-ops the program loads itself (from its constants; micro-ops loaded
-    from an argument buffer or by an earlier run are not known here, and the device checks
-    them as it can)."""
-    d = isa.decode_stream(program.words, cfg)
-    op = d.opcode
-    Op, T = isa.Opcode, isa.MemType
-    mem = np.isin(op, [Op.LOAD, Op.STORE])
-    mt = d["memory_type"]
-    rows = (d["y_pad_0"] + d["y_size"] + d["y_pad_1"]) * (d["x_pad_0"] + d["x_size"]
-                                                         + d["x_pad_1"])
-    rows = np.where(op == Op.STORE, d["y_size"] * d["x_size"], rows)
-    moves = mem & (d["x_size"] > 0) & (mt <= max(T)) & ((op == Op.LOAD) | (d["y_size"] > 0))
-    depth = np.array([cfg.depth(t) for t in T], dtype=np.int64)[np.minimum(mt, max(T))]
-    sram_bad = moves & (d["sram_base"] + rows > depth)
-    loops = np.isin(op, [Op.GEMM, Op.ALU])
-    uop_bad = loops & (d["uop_end"] > cfg.uop_depth)
-    first_bad = np.flatnonzero(sram_bad | uop_bad)
-    last = int(first_bad[0]) if first_bad.size else len(op)
-    # micro-ops the program puts in the UOP SRAM: (dst, src, wgt) rows, -1 where unknown; for
-    # each GEMM/ALU, the largest dst, src, wgt of its micro-ops (-1: unknown or no loop)
-    uop = np.full((cfg.uop_depth, 3), -1, dtype=np.int64)
-    top = np.full((len(op), 3), -1, dtype=np.int64)
-    relocs = {r.index: r for r in program.relocs}
-    todo = np.flatnonzero((loops | (mem & (op == Op.LOAD) & (mt == T.UOP)))
-                          & (np.arange(len(op)) < last))
-    bgns, ends = d["uop_bgn"], d["uop_end"]
-    largest: dict[tuple[int, int], np.ndarray | None] = {}  # (bgn, end) -> maxima, per load
-    for k in todo.tolist():
-        if op[k] == Op.LOAD:
-            _load_uops(cfg, program, d, k, relocs.get(k), uop)
-            largest.clear()
-            continue
-        key = (int(bgns[k]), int(ends[k]))
-        if key not in largest:
-            part = uop[key[0]:key[1]]
-            largest[key] = None if key[1] <= key[0] or (part < 0).any() else part.max(axis=0)
-        most = largest[key]
-        if most is not None:
-            top[k] = most
-    runs = (top[:, 0] >= 0) & (d["iter_out"] > 0) & (d["iter_in"] > 0)
-    bad = np.zeros(len(op), dtype=bool)
-    depth_of = {mode: {f: cfg.depth(m) for f, m in fields} for mode, fields in
-                _LOOP_BUFFERS.items()}
-    never = np.iinfo(np.int64).max  # the ALU has no wgt
-    for col, field in enumerate(("dst", "src", "wgt")):
-        reach = (top[:, col] + d[f"{field}_factor_out"] * (d["iter_out"] - 1)
-                 + d[f"{field}_factor_in"] * (d["iter_in"] - 1))
-        bound = np.where(op == Op.GEMM, depth_of["gemm"][field],
-                         depth_of["alu"].get(field, never))
-        bad |= runs & (reach >= bound)
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        bgn, end = int(bgns[k]), int(ends[k])
-        mode = "gemm" if op[k] == Op.GEMM else "alu"
-        factors = {f: (int(d[f"{f}_factor_out"][k]), int(d[f"{f}_factor_in"][k]))
-                   for f, _ in _LOOP_BUFFERS[mode]}
-        why = _loop_overflow(cfg, mode, uop[bgn:end], int(d["iter_out"][k]),
-                             int(d["iter_in"][k]), factors)
-        raise ValueError(f"run_program: instruction #{k} {mode.upper()} (micro-ops "
-                         f"{bgn}..{end - 1}): {why}")
-    if last < len(op):
-        k = last
-        if uop_bad[k]:
-            raise ValueError(f"run_program: instruction #{k} {isa.Opcode(op[k]).name}: uop_end="
-                             f"{int(d['uop_end'][k])} is out of range: UOP SRAM has depth "
-                             f"{cfg.uop_depth}")
-        base = int(d["sram_base"][k])
-        raise ValueError(f"run_program: instruction #{k} {isa.Opcode(op[k]).name} "
-                         f"{T(mt[k]).name}: {T(mt[k]).name} SRAM rows {base}.."
-                         f"{base + int(rows[k]) - 1} are out of range (depth {int(depth[k])})")
-
-
-def _load_uops(cfg: HwConfig, program: Program, d: isa.DecodedStream, k: int,
-               reloc: Reloc | None, uop: np.ndarray) -> None:
-    """Apply LOAD UOP ``k`` to ``uop`` (the known micro-ops): its rows from the program's
-    constants, zeros for its padding, unknown (-1) when it reads an argument buffer."""
-    y, x, stride = int(d["y_size"][k]), int(d["x_size"][k]), int(d["x_stride"][k])
-    if x == 0:
-        return
-    yp0, yp1 = int(d["y_pad_0"][k]), int(d["y_pad_1"][k])
-    xp0, xp1 = int(d["x_pad_0"][k]), int(d["x_pad_1"][k])
-    cols = xp0 + x + xp1
-    base = int(d["sram_base"][k])
-    block = np.zeros(((yp0 + y + yp1) * cols, 3), dtype=np.int64)
-    words = program.constants.get(reloc.slot) if reloc is not None else None
-    if words is None:
-        block[:] = -1
-    else:
-        words = np.ascontiguousarray(words, dtype="<u4").reshape(-1)
-        for row in range(y):
-            first = reloc.elem_offset + row * stride  # type: ignore[union-attr]
-            at = (yp0 + row) * cols + xp0
-            src = words[first:first + x]
-            if first < 0 or src.size < x:
-                block[at:at + x] = -1
-            else:
-                block[at:at + x] = np.stack(isa.decode_uops(src, cfg), axis=1)
-    uop[base:base + len(block)] = block[:max(0, cfg.uop_depth - base)]
+    buffer (:func:`vtakit.driver.stream_check.check_program`): the simulator refuses such an
+    index, the RTL takes it modulo the buffer's index width, so the host checks it."""
+    check_program(cfg, program, "run_program")
 
 
 def _release(device: Device, owned: set[int]) -> None:

@@ -18,6 +18,7 @@ import os
 
 from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
 from vtakit.driver.errors import CycleLimitError, DeadlockError, DeviceError
+from vtakit.driver.stream_check import StreamChecker, dram_reader
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.faults import Fault
@@ -58,7 +59,8 @@ class RtlDevice(HostMemoryDevice):
         (``DeadlockError``).
     verilog : str | None
         Verilog of ``vta_core`` to simulate instead of ``vtakit.vta_hw.top.Core`` (tests of
-        the harness use a stand-in).
+        the harness use a stand-in, whose words are not instructions: its streams are not
+        range-checked).
 
     Attributes
     ----------
@@ -66,6 +68,10 @@ class RtlDevice(HostMemoryDevice):
         The host copy of the device memory (uint8), current after every run.
     keeps_sram : bool
         Always ``True``: one simulator process serves every run of the device.
+    stream_check : StreamChecker | None
+        The host-side SRAM range check of every stream (the core wraps SRAM indices around;
+        the simulator refuses them), with what the host knows of the UOP SRAM; ``None`` for a
+        stand-in ``verilog``.
     """
 
     keeps_sram = True
@@ -95,6 +101,7 @@ class RtlDevice(HostMemoryDevice):
         self._sim = None
         self._dirty: list[tuple[int, int]] = []
         self._pending: tuple[int, int] | None = None
+        self.stream_check = StreamChecker(self.cfg) if verilog is None else None
 
     def _simulation(self):
         if self._sim is None:
@@ -107,12 +114,20 @@ class RtlDevice(HostMemoryDevice):
         self._dirty.append((start, end))
 
     def run(self, insn_addr: int, insn_count: int) -> None:
+        """Start ``insn_count`` instructions at ``insn_addr`` (the simulation runs in
+        :meth:`wait`). A stream whose SRAM indices leave their buffer is refused here, before
+        anything runs, with the ``sim`` device's ``DeviceError`` for it (the same message,
+        ``index`` and ``insn``; :mod:`vtakit.driver.stream_check`): the core would wrap the
+        index around silently."""
         if self._pending is not None:
             raise RuntimeError("the rtl device is already running a stream; wait() for it first")
         if insn_addr % isa.INSN_BYTES or insn_count < 1:
             raise ValueError(f"insn_addr={insn_addr:#x}, insn_count={insn_count}: expected a "
                              f"{isa.INSN_BYTES}-byte aligned address and at least 1 instruction")
         self._check_range("instruction fetch", insn_addr, insn_count * isa.INSN_BYTES)
+        if self.stream_check is not None:
+            self.stream_check.check(self.dram[insn_addr:insn_addr + insn_count * isa.INSN_BYTES],
+                                    dram_reader(self.dram))
         self._pending = (insn_addr, insn_count)
 
     def wait(self, timeout_s: float) -> RunResult:
@@ -133,10 +148,12 @@ class RtlDevice(HostMemoryDevice):
         sim = self._simulation()
         sim.load(self.dram, self._dirty)
         self._dirty = []
+        completed = False
         try:
             r = sim.run(self.dram, insn_addr, insn_count,
                         cycle_limit=self.cycle_limit if self.cycle_limit is not None else 1 << 62,
                         timeout_s=timeout_s)
+            completed = True
         except RtlFault as e:
             kind = DeadlockError if e.fault & Fault.DEADLOCK else DeviceError
             raise kind(f"rtl: {e}") from None
@@ -148,7 +165,12 @@ class RtlDevice(HostMemoryDevice):
             raise TimeoutError(f"rtl device: {e}") from None
         except TimeoutError:
             self._sim = None  # killed; the next run starts a fresh simulator (SRAMs lost)
+            if self.stream_check is not None:
+                self.stream_check.forget()
             raise
+        finally:  # a run that stopped early may or may not have done its LOAD UOPs
+            if self.stream_check is not None:
+                self.stream_check.settle(completed)
         self.last_stats = RtlStats(cycles=r.cycles, tb_cycles=r.tb_cycles,
                                    write_beats=r.write_beats, wall_s=r.wall_s)
         return RunResult(cycles=r.cycles, stats=self.last_stats)
@@ -163,6 +185,8 @@ class RtlDevice(HostMemoryDevice):
         if self._sim is not None:
             self._sim.close()
             self._sim = None
+            if self.stream_check is not None:  # the next simulator has buffers of its own
+                self.stream_check.forget()
 
     def __enter__(self) -> RtlDevice:
         return self

@@ -112,6 +112,74 @@ def test_an_unfinished_store_fails_on_both(dev):
     check_next_run_is_correct(dev, s, 5)
 
 
+def run_stream(dev, s, insns):
+    """Write ``insns`` to device memory and run them on the device directly: a stream a Session
+    would refuse at the call that recorded it (its host checks) reaches the device as it is."""
+    raw = np.frombuffer(isa.encode_stream(insns, CFG), np.uint8)
+    buf = s.array(raw)
+    try:
+        dev.run(buf.addr, len(insns))
+        return dev.wait(60)
+    finally:
+        buf.free()
+
+
+def test_sram_indices_past_the_end_fail_on_both_and_the_next_run_is_correct(dev):
+    """The core would wrap an SRAM index around; the rtl device refuses the stream before it
+    runs with the simulator's error (docs/hardware.md, "Faults"), judging a loop by micro-ops
+    an earlier run loaded (the UOP SRAM keeps them)."""
+    s = Session(dev)
+    proc = dev.rtl._simulation().proc
+    U, ACC, INP = CFG.uop_depth, CFG.acc_depth, CFG.inp_depth
+    uops = s.array(isa.encode_uops(np.array([[ACC - 4, 0, 0], [0, 0, 0]]), CFG))
+    # the last two UOP rows, clear of the session's resident kernels (which start at row 0)
+    load_uops = isa.MemInsn(memory_type=M.UOP, sram_base=U - 2, dram_base=uops.addr // 4,
+                            y_size=1, x_size=2, x_stride=2)
+
+    def gemm(iter_in):  # zeroes ACC rows ACC - 4 .. ACC - 5 + iter_in
+        return isa.GemmInsn(reset=1, uop_bgn=U - 2, uop_end=U - 1, iter_in=iter_in,
+                            dst_factor_in=1)
+
+    run_stream(dev, s, [load_uops, gemm(4), isa.FinishInsn()])  # the last row: legal
+    with pytest.raises(DeviceError) as e:
+        run_stream(dev, s, [gemm(5), isa.FinishInsn()])  # micro-ops of the run before
+    assert type(e.value) is DeviceError and e.value.index == 0
+    head = str(e.value).split(" [rtl agrees: ")[0]
+    assert str(e.value) == f"{head} [rtl agrees: {head}]"  # the very same error on both
+    assert head.startswith("instruction #0 GEMM(") and head.endswith(
+        f"SRAM index out of range: ACC[{ACC}] at loop iteration 4 but ACC has depth {ACC} "
+        f"(expected indices 0..{ACC - 1})")
+
+    x = s.alloc((8, CFG.batch * CFG.block_in), np.int8)
+    load = isa.MemInsn(memory_type=M.INP, sram_base=INP - 2, dram_base=x.addr // 16,
+                       y_size=1, x_size=4, x_stride=4, push_next=1)
+    with pytest.raises(DeviceError, match=rf"instruction #0 LOAD INP\(.*\): SRAM index out of "
+                                          rf"range: INP\[{INP - 2}..{INP + 1}\] but INP has "
+                                          rf"depth {INP} .*\[rtl agrees: instruction #0 LOAD "
+                                          rf"INP\(") as e:
+        run_stream(dev, s, [load, isa.FinishInsn(pop_prev=1)])
+    assert type(e.value) is DeviceError and e.value.index == 0
+    assert dev.rtl._simulation().proc is proc  # nothing reached the simulator
+    run_stream(dev, s, [isa.replace(load, sram_base=INP - 4), isa.FinishInsn(pop_prev=1)])
+
+    # the simulator stores y before it reaches the bad GEMM; the rtl device runs nothing, and
+    # the crosscheck device carries on from the RTL's memory (y untouched)
+    xs, _ = data(9)
+    xa, y = s.array(xs), s.array(np.zeros((ROWS, CFG.batch * CFG.block_out), np.int8))
+    add = isa.AluInsn(uop_bgn=U - 1, uop_end=U, iter_in=ROWS, dst_factor_in=1,
+                      src_factor_in=1, use_imm=1, imm=1, push_next=1)
+    stream = [isa.MemInsn(memory_type=M.ACC, dram_base=xa.addr // CFG.elem_bytes(M.ACC),
+                          y_size=1, x_size=ROWS, x_stride=ROWS), add,
+              isa.MemInsn(opcode=isa.Opcode.STORE, memory_type=M.OUT,
+                          dram_base=y.addr // CFG.elem_bytes(M.OUT), y_size=1, x_size=ROWS,
+                          x_stride=ROWS, pop_prev=1, push_prev=1),
+              isa.replace(gemm(5), pop_next=1), isa.FinishInsn()]
+    with pytest.raises(DeviceError, match=r"instruction #3 GEMM.*\[rtl agrees: instruction #3"):
+        run_stream(dev, s, stream)
+    assert not y.numpy().any()
+    check_next_run_is_correct(dev, s, 10)
+
+
 def long_gemm(s):
     """A legal run of about 2^22 cycles (a GEMM of 2^11 x 2^11 iterations)."""
     k = s.uop_kernel("long", lambda b: b.loop(1 << 11).loop(1 << 11).push(0, 0, 0))
@@ -146,3 +214,4 @@ def test_the_rtl_device_stops_at_a_timeout_without_losing_the_simulator(dev):
     x, y = s.array(xs), s.alloc(want.shape, np.int8)
     add_one(s, x, y)
     np.testing.assert_array_equal(y.numpy(), want)
+
