@@ -8,8 +8,10 @@ each of its regions as one stream with one synchronisation; `profile` runs the p
 instead, one layer at a time, so every layer is timed (and counted in cycles) on its own.
 
 The device is chosen by the runner option ``device``: ``"sim"`` (default, the cycle-accurate
-simulator), ``"rtl"`` (the core's Verilog under Verilator), or a `driver.Device` instance. A
-device built for another configuration than the one the model was compiled for is refused.
+simulator), ``"rtl"`` (the core's Verilog under Verilator), ``"fpga:PORT"`` or
+``"fpga:PORT@BAUD"`` (a board behind its UART host bridge, e.g. ``"fpga:/dev/ttyUSB1"``), or a
+`driver.Device` instance. A device built for another configuration than the one the model was
+compiled for is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ OPTIONS = ("device", "timeout_s")
 
 
 def make_device(spec: Any, cfg: HwConfig) -> Device:
-    """``"sim"``, ``"rtl"`` or a `Device` (checked against `cfg`)."""
+    """``"sim"``, ``"rtl"``, ``"fpga:PORT[@BAUD]"`` or a `Device` (checked against `cfg`)."""
     if isinstance(spec, Device):
         if spec.cfg.hash != cfg.hash:
             raise ValueError(
@@ -54,7 +56,11 @@ def make_device(spec: Any, cfg: HwConfig) -> Device:
         from vtakit.driver.devices.rtl import RtlDevice
 
         return RtlDevice(cfg)
-    raise ValueError(f"vta runner: device={spec!r}; expected 'sim', 'rtl' or a "
+    if isinstance(spec, str) and spec.startswith("fpga:"):
+        from vtakit.driver.devices.fpga import FpgaDevice
+
+        return FpgaDevice.from_spec(cfg, spec[len("fpga:"):])
+    raise ValueError(f"vta runner: device={spec!r}; expected 'sim', 'rtl', 'fpga:PORT' or a "
                      f"vtakit.driver.Device")
 
 

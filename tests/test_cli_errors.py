@@ -136,3 +136,13 @@ def test_a_bug_keeps_its_traceback(monkeypatch, files):
     monkeypatch.setattr(vtakit.compiler.compile, "compile_model", broken)
     r = _cli("compile", files / "mlp.onnx", "-o", files / "o.vtak")
     assert isinstance(r.exception, AssertionError) and r.exit_code == 1
+
+
+def test_device_option_names_the_forms_it_takes(tmp_path):
+    from click.testing import CliRunner
+
+    from vtakit.cli import main
+
+    r = CliRunner().invoke(main, ["compare", __file__, "--device", "board"])
+    assert r.exit_code == 2
+    assert "'board'; expected 'sim', 'rtl' or 'fpga:PORT[@BAUD]'" in r.output

@@ -171,7 +171,8 @@ class TestBadInput:
             compare(digits.model_path(), data=(x, y))
 
     def test_arguments(self):
-        with pytest.raises(ValueError, match=r"device='fpga'; expected 'sim' or 'rtl'"):
+        with pytest.raises(ValueError, match=r"device='fpga'; expected 'sim', 'rtl' or "
+                                             r"'fpga:PORT\[@BAUD\]'"):
             compare(digits.model_path(), device="fpga")
         with pytest.raises(ValueError, match=r"samples=0; expected an int >= 1"):
             compare(digits.model_path(), samples=0)

@@ -35,35 +35,16 @@ core in ``ResetInserter``), not its buffers.
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.faults import FAULT_BITS
+from vtakit.vta_hw.regmap import CTRL_DONE, CTRL_FAULT, CTRL_RESET, CTRL_START, CsrAddr
 from vtakit.vta_hw.top import hw_ver_word
 
 __all__ = ["CsrBlock", "CsrAddr", "CTRL_START", "CTRL_DONE", "CTRL_FAULT", "CTRL_RESET"]
-
-CTRL_START = 1 << 0
-CTRL_DONE = 1 << 1
-CTRL_FAULT = 1 << 2
-CTRL_RESET = 1 << 3
-
-
-class CsrAddr(IntEnum):
-    """Byte addresses of the registers."""
-
-    CTRL = 0x00
-    CYCLES = 0x04
-    INSN_COUNT = 0x08
-    INSN_ADDR = 0x0C
-    HW_VER = 0x10
-    HW_ID = 0x14
-    FAULT = 0x18
-
 
 class CsrBlock(wiring.Component):
     """Memory-mapped control registers for one :class:`~vtakit.vta_hw.top.Core`.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import IntFlag
 
-__all__ = ["Fault", "FAULT_BITS", "DEADLOCK_QUIET_CYCLES", "TOKEN_FAULTS"]
+__all__ = ["Fault", "FAULT_BITS", "DEADLOCK_QUIET_CYCLES", "TOKEN_FAULTS", "describe_fault"]
 
 
 class Fault(IntFlag):
@@ -45,3 +45,25 @@ DEADLOCK_QUIET_CYCLES = 4
 #: (token queue, its bit), in bit order.
 TOKEN_FAULTS = (("l2g", Fault.TOKENS_L2G), ("g2l", Fault.TOKENS_G2L), ("g2s", Fault.TOKENS_G2S),
                 ("s2g", Fault.TOKENS_S2G))
+
+
+def describe_fault(fault: int, cycles: int) -> str:
+    """What the core's ``fault`` port / FAULT register says, in one message: the words the
+    ``rtl`` and ``fpga`` devices raise (``cycles``: the core's cycle count when ``done``
+    rose)."""
+    f = Fault(fault)
+    parts = []
+    if f & Fault.DEADLOCK:
+        parts.append(f"deadlock detected at cycle {cycles}: no unit could make progress for "
+                     f"{DEADLOCK_QUIET_CYCLES} cycles before FINISH (every unit waits for a "
+                     f"token nobody will push; expected each pop to be matched by an earlier "
+                     f"push)")
+    if f & Fault.UNFINISHED:
+        parts.append(f"FINISH completed at cycle {cycles} while the load or store unit still "
+                     f"had an instruction to finish (expected the compute unit to pop a token "
+                     f"from that unit before FINISH)")
+    left = [q for q, bit in TOKEN_FAULTS if f & bit]
+    if left:
+        parts.append("run ended with tokens still in the dependency queues "
+                     + ", ".join(left) + " (expected every push to be popped before FINISH)")
+    return "; ".join(parts) + f" (core fault register {fault:#04x})"

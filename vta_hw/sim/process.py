@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vtakit.vta_hw.faults import DEADLOCK_QUIET_CYCLES, TOKEN_FAULTS, Fault
+from vtakit.vta_hw.faults import Fault, describe_fault
 
 from .build import TOPLEVEL, RtlBuild
 from .tb import ERRORS
@@ -218,7 +218,7 @@ class RtlSimulation:
         _, cycles, tb_cycles, beats, fault = reply
         if fault:
             self._request(("reset",), 60, "ok")
-            raise RtlFault(_describe_fault(fault, cycles), fault, cycles)
+            raise RtlFault(describe_fault(fault, cycles), fault, cycles)
         return RtlRun(cycles, tb_cycles, beats, time.perf_counter() - t0)
 
     def _replay_writes(self, dram: np.ndarray) -> None:
@@ -265,25 +265,6 @@ class RtlSimulation:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _describe_fault(fault: int, cycles: int) -> str:
-    f = Fault(fault)
-    parts = []
-    if f & Fault.DEADLOCK:
-        parts.append(f"deadlock detected at cycle {cycles}: no unit could make progress for "
-                     f"{DEADLOCK_QUIET_CYCLES} cycles before FINISH (every unit waits for a "
-                     f"token nobody will push; expected each pop to be matched by an earlier "
-                     f"push)")
-    if f & Fault.UNFINISHED:
-        parts.append(f"FINISH completed at cycle {cycles} while the load or store unit still "
-                     f"had an instruction to finish (expected the compute unit to pop a token "
-                     f"from that unit before FINISH)")
-    left = [q for q, bit in TOKEN_FAULTS if f & bit]
-    if left:
-        parts.append("run ended with tokens still in the dependency queues "
-                     + ", ".join(left) + " (expected every push to be popped before FINISH)")
-    return "; ".join(parts) + f" (core fault register {fault:#04x})"
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
