@@ -63,6 +63,22 @@ class _ConfigType(click.ParamType):
 CONFIG = _ConfigType()
 
 
+class _DeviceType(click.ParamType):
+    """``sim``, ``rtl`` or ``fpga:PORT[@BAUD]`` (a board behind its UART bridge)."""
+
+    name = "sim|rtl|fpga:PORT"
+
+    def convert(self, value, param, ctx):
+        if value in ("sim", "rtl") or (isinstance(value, str) and value.startswith("fpga:")
+                                       and len(value) > len("fpga:")):
+            return value
+        self.fail(f"{value!r}; expected 'sim', 'rtl' or 'fpga:PORT[@BAUD]' "
+                  f"(e.g. fpga:/dev/ttyUSB1)", param, ctx)
+
+
+DEVICE = _DeviceType()
+
+
 class InputError(click.ClickException):
     """A user's mistake found while a command runs: ``Error: MESSAGE``, exit status 2."""
 
@@ -199,7 +215,7 @@ def config_show(config: HwConfig, as_json: bool) -> None:
 
 @main.group("hw")
 def hw_group() -> None:
-    """The accelerator hardware (Amaranth): Verilog and synthesis statistics."""
+    """The accelerator hardware (Amaranth): Verilog, synthesis statistics, board bitstreams."""
 
 
 @hw_group.command("verilog")
@@ -215,6 +231,46 @@ def hw_verilog(config: HwConfig, output: Path) -> None:
     output.write_text(text)
     click.echo(f"wrote {output} ({len(text.splitlines())} lines, top module vta_core, "
                f"config {config.bitstream_name} hash {config.hash})")
+
+
+@hw_group.command("build")
+@click.option("--board", "board_name", required=True,
+              help="icebreaker, ulx3s-85f, orangecrab-85f (arty-z7-20: hw export).")
+@click.option("--config", "config", type=CONFIG, default=None,
+              help="Preset name or JSON file  [default: the board's preset]")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
+              help="nextpnr's placement seed.")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the bitstream, report and logs  [default: build/BOARD]")
+@click.option("--allow-timing-failure", is_flag=True,
+              help="Keep a bitstream whose clock misses its target and exit 0.")
+def hw_build(board_name: str, config: HwConfig | None, seed: int, output: Path | None,
+             allow_timing_failure: bool) -> None:
+    """Build BOARD's bitstream (core, memory, UART bridge) with the YoWASP tools, with
+    report.json / report.txt (utilisation, Fmax against the target) beside it. Exit 2 when
+    timing fails, a tool is missing or the board has no open-toolchain build."""
+    from vtakit.boards.build import BuildError, build
+
+    try:
+        build(board_name, config=config, seed=seed, output=output,
+              allow_timing_failure=allow_timing_failure, progress=click.echo)
+    except BuildError as err:
+        raise InputError(str(err)) from err
+
+
+@hw_group.command("program")
+@click.option("--board", "board_name", required=True, help="The board (as for hw build).")
+@click.option("--bitstream", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File to load  [default: build/BOARD/vta_soc.bit or .bin]")
+def hw_program(board_name: str, bitstream: Path | None) -> None:
+    """Load a bitstream into BOARD's FPGA (until power-off) with openFPGALoader."""
+    from vtakit.boards.build import BuildError, program
+
+    try:
+        program(board_name, bitstream, progress=click.echo)
+    except BuildError as err:
+        raise InputError(str(err)) from err
+    click.echo("done")
 
 
 @hw_group.command("report")
@@ -324,8 +380,9 @@ def _echo_files(report: Any) -> None:
 @click.option("--config", default="default", show_default=True, callback=_config_name,
               metavar="CONFIG",
               help="The accelerator's hardware configuration: a preset name or a JSON file.")
-@click.option("--device", type=click.Choice(["sim", "rtl"]), default="sim", show_default=True,
-              help="sim: the cycle-accurate simulator; rtl: the core's Verilog (Verilator).")
+@click.option("--device", type=DEVICE, default="sim", show_default=True,
+              help="sim: the cycle-accurate simulator; rtl: the core's Verilog (Verilator); "
+                   "fpga:PORT[@BAUD]: a board behind its UART bridge.")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="A .npz with x (inputs, N samples) and optionally y (labels). "
                                  "Default: the digits model's test split, else random inputs.")
@@ -619,9 +676,10 @@ def quantize_cmd(model: Path, calib: Path, output: Path, quant_mode: str, observ
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Save the outputs to this .npz.")
 @click.option("--threads", type=click.IntRange(min=1), default=None)
-@click.option("--device", type=click.Choice(["sim", "rtl"]), default=None,
+@click.option("--device", type=DEVICE, default=None,
               help="Where an accelerator artifact (--target vta) runs its layers: sim (the "
-                   "cycle-accurate simulator, default) or rtl (the core's Verilog).")
+                   "cycle-accurate simulator, default), rtl (the core's Verilog) or "
+                   "fpga:PORT[@BAUD] (a board behind its UART bridge).")
 @click.option("--profile", is_flag=True, help="Print the time of every node.")
 def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, threads: int | None,
             device: str | None, profile: bool) -> None:
