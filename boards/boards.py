@@ -112,8 +112,8 @@ class Board:
     bitstream_suffix : str
         The file ``hw program`` loads (``.bin`` for iCE40, ``.bit`` for ECP5).
     export_only : bool
-        No open-toolchain bitstream (Zynq): ``vtakit hw export`` writes Verilog and a Vivado
-        project instead.
+        No open-toolchain bitstream (Zynq): it is built with Vivado from an export (Verilog,
+        an AXI top and a Vivado project), which is not written yet.
     optional_tools : tuple[str, ...]
         Build steps of the platform that are skipped, with a note, when the tool is missing.
     aliases : tuple[str, ...]
@@ -225,7 +225,7 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         memory=BoardMemory("axi", 512 * 1024 * 1024), programmer="arty_z7_20",
         bitstream_suffix=".bit", export_only=True, aliases=("pynq-z1",),
         notes="the core reaches the PS DDR through an AXI HP port (vta_hw.axi.AxiMaster) and "
-              "the host through AXI-Lite MMIO; Vivado builds it (vtakit hw export)"),
+              "the host through AXI-Lite MMIO; Vivado builds it (its export is not written yet)"),
 )}
 
 

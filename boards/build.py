@@ -87,7 +87,7 @@ class ToolchainError(BuildError):
 
 
 class ExportOnlyError(BuildError):
-    """The board is built with a vendor tool (Zynq): ``vtakit hw export``."""
+    """The board is built with a vendor tool (Zynq), not the open toolchain."""
 
 
 class TimingError(BuildError):
@@ -290,8 +290,9 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     b = board(board_name)
     if b.export_only:
         raise ExportOnlyError(
-            f"board {b.name} ({b.title}) is built with Vivado, not the open toolchain: use "
-            f"`vtakit hw export --board {b.name}` for its Verilog and Vivado project")
+            f"board {b.name} ({b.title}) is built with Vivado, not the open toolchain; its "
+            f"export (an AXI top and a Vivado project) is not written yet: "
+            f"`vtakit hw verilog --config {b.preset}` gives the core's Verilog")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
     cfg = _config_for(b, config)

@@ -464,7 +464,7 @@ class BoardTop(Elaboratable):
             raise TypeError(f"BoardTop: cfg must be an HwConfig, got {type(cfg).__name__}")
         if board.export_only or board.uart is None:
             raise ValueError(f"board {board.name!r} has no open-toolchain SoC (expected a "
-                             f"board with a UART; Zynq boards: vtakit hw export)")
+                             f"board with a UART; Zynq boards are built with Vivado)")
         self.board, self.cfg = board, cfg.validate()
         self.bridge_factory = bridge_factory
         target_hz = board.target_mhz(cfg.clock_mhz) * 1e6
