@@ -21,7 +21,21 @@ from vtakit.boards.uart import UartRx, UartTx, uart_divisor
 from vtakit.vta_hw import bridge_protocol as p
 from vtakit.vta_hw.csr import CsrAddr
 
-__all__ = ["UartBridge"]
+__all__ = ["UartBridge", "bridge_ports"]
+
+
+def bridge_ports() -> dict:
+    """The bridge's ports (its ``wiring`` signature members): what an SoC connects to, and
+    what a stand-in bridge must have."""
+    return {
+        "rx": In(1, init=1), "tx": Out(1, init=1),
+        "mem_addr": Out(32), "mem_w_en": Out(1), "mem_w_data": Out(32),
+        "mem_w_strb": Out(4), "mem_r_en": Out(1), "mem_ready": In(1),
+        "mem_r_data": In(32), "mem_r_valid": In(1), "mem_busy": In(1),
+        "csr_addr": Out(8), "csr_w_en": Out(1), "csr_w_data": Out(32), "csr_r_en": Out(1),
+        "csr_r_data": In(32),
+        "frame_error": Out(1), "active": Out(1),
+    }
 
 #: Fewest characters (10 bits each) of line silence the inter-byte timeout may be: a frame's
 #: bytes arrive 1 character apart when back to back, so 2 leave room for a late one.
@@ -92,15 +106,7 @@ class UartBridge(wiring.Component):
                              f"cycles at {clk_hz} Hz; expected at least {least} "
                              f"({MIN_TIMEOUT_CHARS} characters of {10 * self.divisor} cycles)")
         self.clk_hz, self.baud, self.mem_words = clk_hz, baud, mem_words
-        super().__init__({
-            "rx": In(1, init=1), "tx": Out(1, init=1),
-            "mem_addr": Out(32), "mem_w_en": Out(1), "mem_w_data": Out(32),
-            "mem_w_strb": Out(4), "mem_r_en": Out(1), "mem_ready": In(1),
-            "mem_r_data": In(32), "mem_r_valid": In(1), "mem_busy": In(1),
-            "csr_addr": Out(8), "csr_w_en": Out(1), "csr_w_data": Out(32), "csr_r_en": Out(1),
-            "csr_r_data": In(32),
-            "frame_error": Out(1), "active": Out(1),
-        })
+        super().__init__(bridge_ports())
 
     def elaborate(self, platform):
         m = Module()

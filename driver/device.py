@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,6 +42,9 @@ class RunResult:
     stats: Any = None
 
 
+_D = TypeVar("_D", bound="Device")
+
+
 class Device(ABC):
     """An accelerator with its own DRAM.
 
@@ -53,6 +56,16 @@ class Device(ABC):
 
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg.validate()
+
+    def close(self) -> None:  # noqa: B027 - an optional hook: most devices hold nothing
+        """Release what the device holds (a simulator process, a serial port); nothing by
+        default. A device is also a context manager that closes on exit."""
+
+    def __enter__(self: _D) -> _D:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @abstractmethod
     def allocate(self, nbytes: int, align: int) -> int:

@@ -351,12 +351,6 @@ class FpgaDevice(HostMemoryDevice):
         if port is not None and self._own_port:
             port.close()
 
-    def __enter__(self) -> FpgaDevice:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __del__(self) -> None:
         try:
             self.close()

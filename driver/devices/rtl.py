@@ -188,12 +188,6 @@ class RtlDevice(HostMemoryDevice):
             if self.stream_check is not None:  # the next simulator has buffers of its own
                 self.stream_check.forget()
 
-    def __enter__(self) -> RtlDevice:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __del__(self) -> None:
         try:
             self.close()

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from click.testing import CliRunner
 
 from vtakit.boards import build as build_mod
+from vtakit.boards.bridge import bridge_ports
 from vtakit.boards.build import (
     BuildError,
     ExportOnlyError,
@@ -40,13 +40,7 @@ class QuietBridge(wiring.Component):
     """The bridge's ports and nothing behind them (for builds whose tools are stand-ins)."""
 
     def __init__(self, clk_hz: int, baud: int, mem_words: int, max_payload: int = 256):
-        super().__init__({
-            "rx": In(1), "tx": Out(1),
-            "mem_addr": Out(32), "mem_w_en": Out(1), "mem_w_data": Out(32),
-            "mem_w_strb": Out(4), "mem_r_en": Out(1), "mem_ready": In(1),
-            "mem_r_data": In(32), "mem_r_valid": In(1), "mem_busy": In(1),
-            "csr_addr": Out(8), "csr_w_en": Out(1), "csr_w_data": Out(32), "csr_r_en": Out(1),
-            "csr_r_data": In(32), "frame_error": Out(1), "active": Out(1)})
+        super().__init__(bridge_ports())
 
     def elaborate(self, platform):
         return Module()

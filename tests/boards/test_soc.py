@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment, Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator as AmSim
 
+from vtakit.boards.bridge import bridge_ports
 from vtakit.boards.soc import BurstMemory, Ram, Soc
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import preset
@@ -229,13 +229,7 @@ class FakeBridge(wiring.Component):
 
     def __init__(self, clk_hz: int, baud: int, mem_words: int, max_payload: int = 256):
         self.args = (clk_hz, baud, mem_words)
-        super().__init__({
-            "rx": In(1), "tx": Out(1),
-            "mem_addr": Out(32), "mem_w_en": Out(1), "mem_w_data": Out(32),
-            "mem_w_strb": Out(4), "mem_r_en": Out(1), "mem_ready": In(1),
-            "mem_r_data": In(32), "mem_r_valid": In(1), "mem_busy": In(1),
-            "csr_addr": Out(8), "csr_w_en": Out(1), "csr_w_data": Out(32), "csr_r_en": Out(1),
-            "csr_r_data": In(32), "frame_error": Out(1), "active": Out(1)})
+        super().__init__(bridge_ports())
 
     def elaborate(self, platform):
         return Module()
