@@ -5,6 +5,7 @@ for bit (issue: the VTA backend). Each model is quantised once, lowered for ``cp
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from vtakit import digits, models
@@ -94,11 +95,44 @@ def test_profile_runs_each_layer_alone_with_the_same_result():
     assert ev.runners["vta"].last_runs[0].cycles <= sum(r.cycles for r in runs)
 
 
+def _pool_head(c: int, h: int, w: int) -> onnx.ModelProto:
+    """conv 3x3 (c channels, h x w) -> ReLU -> GlobalAveragePool -> Flatten -> dense(10)."""
+    b = models._Builder(3)
+    x = b.op("Relu", [b.conv("input", 3, c, 3, bias=True)])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    return b.model("pool_head", ["N", 3, h, w], b.dense(x, c, 10), ["N", 10], 13)
+
+
+@pytest.mark.parametrize("c, h, w, config", [(40, 5, 6, "default"), (24, 9, 4, "ecp5"),
+                                             (16, 13, 13, "default")])
+def test_global_average_pool_runs_on_the_accelerator(c, h, w, config):
+    """The window's sum on the ALU and its requantisation: bit-exact with the CPU, for channel
+    counts that are not a multiple of the block, non-square planes and another block size;
+    conv, pool and dense form one region."""
+    m = _pool_head(c, h, w)
+    ec, ev, plan = _pair(m, _random_inputs(m, 3, 0), {"config": config})
+    (region,) = plan.sections["vta"].meta["regions"]
+    assert [lm["kind"] for lm in region["layers"]][-2:] == ["avg_pool", "dense"]
+    _same(ec, ev, _random_inputs(m, 3, 1))
+
+
+def test_global_average_pool_too_large_for_acc_stays_on_the_cpu():
+    """A plane that does not fit one ACC half (and its micro-ops) is left to the CPU, with
+    the reason."""
+    m = _pool_head(16, 72, 72)
+    ec, ev, plan = _pair(m, _random_inputs(m, 2, 0))
+    why = plan.sections["vta"].meta["cpu_fallback"]
+    assert any("not even one output row fits ACC" in r for r in why.values()), why
+    _same(ec, ev, _random_inputs(m, 1, 1))
+
+
 @pytest.mark.slow
 def test_resnet18_bit_exact():
     m = models.resnet18()
     ec, ev, plan = _pair(m, _random_inputs(m, 2, 0))
-    assert len(_vta_steps(plan)) >= 28  # every conv, the residual adds and the pool
+    # every conv, the residual adds, both pools and the dense layer: one stream
+    assert len(_vta_steps(plan)) == 31
+    assert len(plan.sections["vta"].meta["regions"]) == 1
     _same(ec, ev, _random_inputs(m, 1, 1))
 
 

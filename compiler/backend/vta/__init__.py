@@ -29,7 +29,7 @@ from ...ir.graph import Graph
 from ...ir.ops import Node, Op, RequantAttrs
 from .. import PlanSection, register_backend
 from .codegen import LayerCode, barrier, emit_layer
-from .layers import AddLayer, ConvLayer, Layer, find_layers, node_dims
+from .layers import AddLayer, ConvLayer, Layer, PoolLayer, find_layers, node_dims
 from .requant import RequantProgram, requant_program
 from .schedule import (
     ConvSchedule,
@@ -42,7 +42,7 @@ from .schedule import (
 )
 from .tune import read_log
 
-__all__ = ["VtaOptions", "lower", "resolve_config"]
+__all__ = ["VtaOptions", "lower", "resolve_config", "requant_programs"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ def resolve_config(spec: str | HwConfig | dict) -> HwConfig:
                      f"{', '.join(PRESETS)}, or a .json file)")
 
 
-def _programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
+def requant_programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
+    """The ALU programs of a layer's requantisations (a conv's; an add's two operands' and
+    its sum's; an average pool's), in the order its code generator takes them."""
     if isinstance(layer, ConvLayer):
         assert layer.requant is not None
         return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
@@ -99,6 +101,8 @@ def _programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
         ident = RequantAttrs((1,), (0,), 1, -(1 << 31), (1 << 31) - 1)
         return tuple(requant_program(r or ident, None, layer.out.c, cfg)
                      for r in (layer.requant_a, layer.requant_b, layer.requant))
+    if isinstance(layer, PoolLayer) and layer.requant is not None:
+        return (requant_program(layer.requant, None, layer.out.c, cfg),)
     return ()
 
 
@@ -157,7 +161,7 @@ def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
     schedules: dict[int, Any] = {}
     rqs: dict[int, tuple[RequantProgram, ...]] = {}
     for L in layers:
-        progs = _programs(L, cfg)
+        progs = requant_programs(L, cfg)
         try:
             sch = _schedule(L, progs, cfg, opts)
         except NoSchedule as e:

@@ -160,22 +160,28 @@ def _channel_tiles(L: Layer, sch: RowSchedule, cfg: Any
         yield n0, c0, oh0, ow0, min(sch.toh, o.h - oh0), min(sch.tow, o.w - ow0)
 
 
-def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, arrays: Mapping[str, DeviceArray],
-              code: LayerCode) -> None:
-    """Max pooling: a window of input rows is loaded into ACC (sign-extended), the output rows
-    start as the window's first tap (reset + ADD) and take the MAX of every other tap."""
+def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantProgram | None,
+              arrays: Mapping[str, DeviceArray], code: LayerCode) -> None:
+    """Pooling: a window of input rows is loaded into ACC (sign-extended); the output rows are
+    reset, take the first tap (ADD) and then every other tap: MAX for max pooling, ADD for
+    average pooling, whose sums are then requantised (the division by the window is in the
+    requantisation's multiplier). ACC half: outputs | requantisation constants | window."""
     cfg = sess.cfg
     x, y = arrays[code.inputs[0]], arrays[code.output]
+    table = arrays[code.tables[0]] if rq is not None and rq.rows else None
     xi, o = L.inputs[0], L.out
     kh, kw = L.kernel
     sh, sw = L.strides
     cb = -(-o.c // cfg.block_out)
+    rows = rq.rows if rq is not None else 0
+    rest = A.ADD if L.kind == "avg_pool" else A.MAX
     vt = VirtualThreads(sess, sch.threads)
     for n0, c0, oh0, ow0, th, tw in _channel_tiles(L, sch, cfg):
         in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
         with vt.tile() as a:
             acc = vt.half(cfg.acc_depth, a)
-            win = acc + th * tw
+            consts = acc + th * tw
+            win = consts + rows
             with vt.compute():
                 _load_window(sess, x, (n0 * cb + c0) * xi.h * xi.w, xi.h, xi.w,
                              oh0 * sh - L.pads[0], ow0 * sw - L.pads[1], in_rows, in_cols, win,
@@ -188,7 +194,12 @@ def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, arrays: Mapping[str
                 if len(taps) > 1:
                     sess.alu(_kernel(sess, loops, [(acc, win + ky * in_cols + kx, 0)
                                                    for ky, kx in taps[1:]],
-                                     mode="alu", alu_opcode=A.MAX))
+                                     mode="alu", alu_opcode=rest))
+                if rq is not None:
+                    if table is not None:
+                        sess.load_2d(table, c0 * rows, x_size=rows, y_size=1, x_stride=rows,
+                                     sram_base=consts, memory_type=M.ACC)
+                    _requant(sess, rq, acc, 1, th, tw, consts)
             with vt.store():
                 sess.store_2d(y, ((n0 * cb + c0) * o.h + oh0) * o.w + ow0, x_size=tw,
                               y_size=th, x_stride=o.w, sram_base=acc)
@@ -238,7 +249,7 @@ def emit_layer(sess: Session, L: Layer, schedule: object, rqs: tuple[RequantProg
         emit_conv(sess, L, schedule, rqs[0], arrays, code)
     elif isinstance(L, PoolLayer):
         assert isinstance(schedule, RowSchedule)
-        emit_pool(sess, L, schedule, arrays, code)
+        emit_pool(sess, L, schedule, rqs[0] if rqs else None, arrays, code)
     elif isinstance(L, AddLayer):
         assert isinstance(schedule, RowSchedule) and len(rqs) == 3
         emit_add(sess, L, schedule, (rqs[0], rqs[1], rqs[2]), arrays, code)

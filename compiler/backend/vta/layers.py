@@ -8,6 +8,9 @@ writing int8 activations in its packed layout:
   int8 (bias, clamp, multiplier, rounding shift, zero point, ReLU/ReLU6/clip as MIN/MAX);
 - ``max_pool``: MAX_POOL of an int8 tensor (zero padding only where the input cannot be
   negative: the ALU pads with zeros);
+- ``avg_pool``: global average pooling as the integer graph writes it, ``REQUANTIZE(REDUCE_SUM(
+  CAST(x), axes (2, 3), keepdims))`` with int8 ``x`` and output: the window's sum on the ALU,
+  then the requantisation (the division by the window is in its multiplier);
 - ``add``: the residual add of the integer graph, ``REQUANTIZE(ADD(REQUANTIZE(CAST(a)),
   REQUANTIZE(CAST(b))))`` with int8 ``a``, ``b`` and output.
 
@@ -95,9 +98,12 @@ class ConvLayer(Layer):
 
 @dataclass
 class PoolLayer(Layer):
+    """``max_pool``: the window's maximum; ``avg_pool``: its sum, then `requant`."""
+
     kernel: tuple[int, int] = (1, 1)
     strides: tuple[int, int] = (1, 1)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    requant: RequantAttrs | None = None
 
 
 @dataclass
@@ -173,6 +179,10 @@ def find_layers(g: Graph, cfg: HwConfig) -> tuple[list[Layer], dict[str, str]]:
             layer, reason = _conv(n, users, cfg)
         elif n.op is Op.MAX_POOL:
             layer, reason = _pool(n, cfg) if same_blocks else (
+                None, "block_in != block_out: pooling reads the OUT layout as ACC rows")
+        elif n.op is Op.REDUCE_SUM and n.dtype is DType.INT32 and n.rank == 4 \
+                and n.src[0].op is Op.CAST:  # a pooling sum, not any integer reduction
+            layer, reason = _avg_pool(n, users, cfg) if same_blocks else (
                 None, "block_in != block_out: pooling reads the OUT layout as ACC rows")
         elif n.op is Op.ADD and n.dtype is DType.INT32:
             layer, reason = _add(n, users, cfg) if same_blocks else (
@@ -299,6 +309,37 @@ def _pool(n: Node, cfg: HwConfig) -> tuple[Layer | None, str | None]:
     assert out is not None
     return PoolLayer(n.name, "max_pool", [n], [xin], out, kernel=(kh, kw), strides=(sh, sw),
                      pads=(pt, pl, pb, pr)), None
+
+
+def _avg_pool(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
+              ) -> tuple[Layer | None, str | None]:
+    """Global average pooling: REQUANTIZE(REDUCE_SUM(CAST(int8 x), axes (2, 3), keepdims))."""
+    a = n.attrs
+    cast = n.src[0]
+    if cast.op is not Op.CAST or cast.src[0].dtype is not DType.INT8 or cast.rank != 4:
+        return None, "a sum that is not over a widened 4-d int8 tensor"
+    if tuple(getattr(a, "axes", ())) != (2, 3) or not getattr(a, "keepdims", False):
+        return None, f"a sum over axes {tuple(getattr(a, 'axes', ()))} (the spatial axes " \
+                     f"(2, 3) with keepdims expected)"
+    x = cast.src[0]
+    rq = _single_requant(n, users, DType.INT8)
+    if rq is None:
+        return None, "a sum not requantised to int8 by its only user"
+    if len(rq.src) > 1:
+        return None, "a bias on the sum"
+    xin, out = _operand(x, cfg), _operand(rq, cfg)
+    if xin is None or out is None:
+        return None, "operands the accelerator cannot hold"
+    bad = _requant_ok(rq, out.c, 1)
+    if bad:
+        return None, bad
+    if len(users.get(cast, [])) != 1:
+        return None, "a widened input that other nodes also use"
+    attrs = rq.attrs
+    assert isinstance(attrs, RequantAttrs)
+    h, w = x.shape[2], x.shape[3]
+    return PoolLayer(rq.name, "avg_pool", [cast, n, rq], [xin], out, kernel=(h, w),
+                     requant=attrs), None
 
 
 def _int8_source(r: Node) -> tuple[Node, RequantAttrs | None] | None:

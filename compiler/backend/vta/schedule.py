@@ -29,15 +29,21 @@ from typing import TypeAlias
 
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.timing_facts import NOP_CYCLES, STORE_SETUP_CYCLES, alu_cycles, gemm_cycles
+from vtakit.vta_hw.timing_facts import (
+    ALU_PIPELINE_CYCLES,
+    NOP_CYCLES,
+    STORE_SETUP_CYCLES,
+    alu_cycles,
+    gemm_cycles,
+)
 
-from .layers import ConvLayer, Layer, PoolLayer
+from .layers import AddLayer, ConvLayer, Layer, PoolLayer
 from .requant import RequantProgram
 
 __all__ = ["ConvSchedule", "RowSchedule", "Schedule", "ConvGeometry", "conv_geometry",
            "conv_fits", "rows_fit", "fits", "conv_candidates", "row_candidates", "candidates",
-           "estimate", "estimate_conv", "estimate_rows", "lower_bound", "choose", "choose_conv",
-           "choose_rows", "schedule_from_json", "NoSchedule"]
+           "estimate", "estimate_conv", "estimate_rows", "lower_bound", "compute_floor", "choose",
+           "choose_conv", "choose_rows", "schedule_from_json", "NoSchedule"]
 
 
 class NoSchedule(ValueError):
@@ -135,14 +141,14 @@ def conv_fits(L: ConvLayer, s: ConvSchedule, table_rows: int, cfg: HwConfig) -> 
 
 
 def rows_fit(L: Layer, s: RowSchedule, table_rows: int, cfg: HwConfig) -> bool:
-    """Whether a pooling / add tile fits one ACC half (its output, and the input window or the
-    second operand and the requantisation constants) and the instruction fields."""
+    """Whether a pooling / add tile fits one ACC half (its output, the requantisation
+    constants, and the input window or the second operand) and the instruction fields."""
     iter_max, factor_max = _limits(cfg)
     if isinstance(L, PoolLayer):
         (kh, kw), (sh, sw) = L.kernel, L.strides
         in_rows, in_cols = (s.toh - 1) * sh + kh, (s.tow - 1) * sw + kw
-        use = s.toh * s.tow + in_rows * in_cols
-        ok = sh * in_cols <= factor_max
+        use = s.toh * s.tow + table_rows + in_rows * in_cols
+        ok = sh * in_cols <= factor_max and kh * kw <= cfg.uop_depth // 4
     else:
         use, ok = 2 * s.toh * s.tow + table_rows, True
     return (ok and s.threads in (1, 2) and s.threads <= cfg.dep_queue_depth
@@ -361,11 +367,16 @@ def estimate_rows(L: Layer, s: RowSchedule, rqs: Sequence[RequantProgram],
             tl.insn(_COMPUTE, tl.transfer(rows, cols * e8, in_rows * in_cols - rows * cols),
                     after)
             tl.kernel(((acc, 0, 0),), 1, gemm_cycles(th * tw))
-            win = acc + th * tw
+            rows = sum(r.rows for r in rqs)
+            win = acc + th * tw + rows
             tl.kernel(((acc, win, 0),), 1, alu_cycles(th * tw, False))
             if kh * kw > 1:
-                tl.kernel(("max", in_cols, kh, kw, acc, win), kh * kw - 1,
+                tl.kernel(("taps", in_cols, kh, kw, acc, win), kh * kw - 1,
                           alu_cycles((kh * kw - 1) * th * tw, False))
+            for rq in rqs:  # average pooling: the sums' requantisation
+                if rq.rows:
+                    tl.insn(_COMPUTE, tl.transfer(1, rq.rows * cfg.acc_elem_bytes))
+                tl.requant(rq, acc, 1, th, tw, acc + th * tw)
         else:
             n = th * tw
             tl.insn(_COMPUTE, tl.transfer(th, tw * e8), after)
@@ -457,9 +468,11 @@ def lower_bound(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwCon
             hs = _tiles(o.h, s.toh, sh, kh, L.pads[0], x.h)
             ws = _tiles(o.w, s.tow, sw, kw, L.pads[1], x.w)
             taps = kh * kw
-            per_elem, per_tile = 1 + 2 * taps, 5 * (3 if taps > 1 else 2)
-            loads = blocks * _windows(tl, hs, ws, e8)
-            tile_insns = 4 + (taps > 1)
+            per_elem = 1 + 2 * taps + alu
+            per_tile = 5 * ((3 if taps > 1 else 2) + steps)
+            tables = sum(tl.transfer(1, r.rows * cfg.acc_elem_bytes) for r in rqs if r.rows)
+            loads = blocks * (_windows(tl, hs, ws, e8) + len(hs) * len(ws) * tables)
+            tile_insns = 4 + (taps > 1) + steps + sum(bool(r.rows) for r in rqs)
         else:
             hs = _tiles(o.h, s.toh, 1, 1, 0, o.h)
             ws = _tiles(o.w, s.tow, 1, 1, 0, o.w)
@@ -475,6 +488,45 @@ def lower_bound(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwCon
         tl.beats(w[0] * cfg.out_elem_bytes) for w in ws_out)
     fetch = -(-insns // tl.group) * tl.group_cycles + insns
     return max(load, compute, store, fetch)
+
+
+def compute_floor(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig) -> int:
+    """The compute unit's work for layer `L` with any tiling: cycles no schedule of this
+    instruction set can beat. Every output row of ACC (``batch x block_out`` results) takes a
+    reset, its GEMM micro-ops (one a cycle) and every ALU step of its requantisation (1 cycle
+    with an immediate, 2 with a tensor operand: docs/timing.md); pooling and add layers also
+    load their inputs into ACC on the compute unit. A convolution's load unit must also bring
+    every weight and input byte in at least once, one bus beat a cycle (a dense layer's weights
+    make it DRAM-bound). Per-instruction pipeline fills, micro-op and constant loads and waits
+    between the units are left out.
+
+    Worked example: ResNet-18's 3x3 convolutions over 64 channels at 56x56 on the default
+    preset take 36 GEMM cycles per output row (4 input blocks x 9 taps), 1 for the reset and 7
+    for the requantisation (MUL and ADD with per-channel operands, SHR, MAX, MIN), so at most
+    36 / 44 = 81.8 % of the 256-MAC bound whatever the tiling."""
+    o = L.out
+    def per_uop(imm: bool) -> int:
+        return alu_cycles(1, imm) - ALU_PIPELINE_CYCLES
+
+    alu = sum(per_uop(st.imm is not None) for r in rqs for st in r.steps)
+    rows = o.n // cfg.batch * -(-o.c // cfg.block_out) * o.h * o.w
+    tl = _Timeline(cfg)
+    e8 = cfg.elem_bytes(isa.MemType.ACC_8BIT)
+    if isinstance(L, ConvLayer):
+        g = conv_geometry(L, cfg)
+        x = L.inputs[0]
+        taps = L.kernel[0] * L.kernel[1]
+        once = (g.ob * g.ib * taps * cfg.wgt_elem_bytes
+                + g.nb * g.ib * x.h * x.w * cfg.inp_elem_bytes)
+        return max(rows * (1 + g.ib * taps + alu), tl.beats(once))
+    if isinstance(L, PoolLayer):
+        x = L.inputs[0]
+        taps = L.kernel[0] * L.kernel[1]
+        reads = x.n // cfg.batch * -(-x.c // cfg.block_in) * x.h * x.w * tl.beats(e8)
+        return rows * (1 + taps * per_uop(False) + alu) + reads
+    if isinstance(L, AddLayer):
+        return rows * (per_uop(False) + alu + 2 * tl.beats(e8))
+    raise TypeError(f"no floor for layer kind {L.kind}")
 
 
 def candidates(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig,

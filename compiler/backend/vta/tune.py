@@ -434,14 +434,14 @@ def tune_graph(g: Graph, cfg: HwConfig, *, top_k: int | None = 6,
                progress: Progress | None = None) -> TuneReport:
     """`tune_layer` for every accelerator layer of the integer graph `g` (a layer with the key of
     an earlier one takes its result). ``progress(done, total, record)`` after each layer."""
-    from . import _programs  # not at the top: the package imports this module
+    from . import requant_programs  # not at the top: the package imports this module
 
     t0 = time.perf_counter()
     layers, _ = find_layers(g, cfg)
     report = TuneReport(cfg.hash)
     done: dict[str, TuneRecord] = {}
     for i, L in enumerate(layers):
-        rqs = _programs(L, cfg)
+        rqs = requant_programs(L, cfg)
         kid = _key_id(layer_key(L, rqs))
         again = kid in done
         if again:
