@@ -3,6 +3,7 @@ weights, default preset), measured in one run.
 
     .venv/bin/python benchmarks/resnet18_vta.py [--config default] [--models resnet18 mobilenet_v2]
                                                 [--calib 2] [--tuning-log FILE]
+                                                [--quant-mode fixed|shift]
 
 Prints per model:
 - compile time (quantise excluded, tiling search included) and the CPU-int8 check (the
@@ -30,7 +31,7 @@ import numpy as np
 VTA_RESNET18_CYCLES = 7.73e6  # VTA's published RTL figure (offloaded part), vta-reference.md
 
 
-def _bench(name: str, config: str, n_calib: int, tuning_log: str | None) -> None:
+def _bench(name: str, config: str, n_calib: int, tuning_log: str | None, mode: str) -> None:
     from vtakit import models
     from vtakit.compiler.backend.vta import requant_programs, resolve_config
     from vtakit.compiler.backend.vta.layers import find_layers
@@ -39,7 +40,7 @@ def _bench(name: str, config: str, n_calib: int, tuning_log: str | None) -> None
     from vtakit.compiler.frontend.onnx import import_onnx
     from vtakit.compiler.lowering import lower_graph
     from vtakit.compiler.pipeline import optimize
-    from vtakit.compiler.quantize import quantize_graph
+    from vtakit.compiler.quantize import QuantOptions, quantize_graph
     from vtakit.runtime.executor import GraphExecutor
 
     cfg = resolve_config(config)
@@ -48,13 +49,14 @@ def _bench(name: str, config: str, n_calib: int, tuning_log: str | None) -> None
     rng = np.random.default_rng(0)
     calib = [rng.standard_normal(g.inputs[0].shape).astype(np.float32) for _ in range(n_calib)]
     t0 = time.perf_counter()
-    qg = optimize(quantize_graph(g, calib)[0])
+    qopts = QuantOptions(mode=mode)
+    qg = optimize(quantize_graph(g, calib, qopts)[0])
     t_quant = time.perf_counter() - t0
     options = {"config": config, **({"tuning_log": tuning_log} if tuning_log else {})}
     t0 = time.perf_counter()
     plan, _ = lower_graph(qg, "vta", options)
     t_compile = time.perf_counter() - t0
-    cpu_plan = lower_model(model, target="cpu", quantize=True, calib=calib)
+    cpu_plan = lower_model(model, target="cpu", quantize=qopts, calib=calib)
     x = rng.standard_normal(g.inputs[0].shape).astype(np.float32)
     ec, ev = GraphExecutor(cpu_plan), GraphExecutor(plan)
     ec.set_input(0, x)
@@ -74,7 +76,8 @@ def _bench(name: str, config: str, n_calib: int, tuning_log: str | None) -> None
     meta = plan.sections["vta"].meta
     sched = {lm["name"]: lm["schedule"] for r in meta["regions"] for lm in r["layers"]}
     mpc = cfg.batch * cfg.block_in * cfg.block_out
-    print(f"\n== {name} on {cfg.bitstream_name} ({cfg.clock_mhz} MHz, {mpc} MACs/cycle)")
+    print(f"\n== {name} on {cfg.bitstream_name} ({cfg.clock_mhz} MHz, {mpc} MACs/cycle), "
+          f"{mode} requantisation")
     print(f"quantise {t_quant:.1f} s, compile with search {t_compile:.1f} s (target <= 30 s)")
     print(f"accelerator == CPU-int8: {'yes' if same else 'NO (bug)'}; "
           f"{len(meta['regions'])} region(s), {len(layers)} layers offloaded, "
@@ -89,7 +92,7 @@ def _bench(name: str, config: str, n_calib: int, tuning_log: str | None) -> None
     if name == "resnet18":
         kinds = [lr.kind for lr in layers]
         first = kinds.index("max_pool") + 1
-        last = kinds.index("avg_pool") if "avg_pool" in kinds else len(layers)
+        last = len(kinds) - kinds[::-1].index("add")  # through the last residual add
         part = layers[first:last]
         pc = sum(lr.cycles for lr in part)
         pf = sum(floors.get(lr.name, 0) for lr in part)
@@ -118,9 +121,12 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2"])
     ap.add_argument("--calib", type=int, default=2, help="calibration images")
     ap.add_argument("--tuning-log", default=None)
+    ap.add_argument("--quant-mode", choices=["fixed", "shift"], default="fixed",
+                    help="fixed: per-channel fixed-point multipliers (the default); shift: "
+                         "power-of-two scales, VTA's")
     args = ap.parse_args()
     for name in args.models:
-        _bench(name, args.config, args.calib, args.tuning_log)
+        _bench(name, args.config, args.calib, args.tuning_log, args.quant_mode)
 
 
 if __name__ == "__main__":
