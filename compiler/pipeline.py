@@ -17,6 +17,7 @@ from .passes import (
     eliminate_dead_code,
     fold_batch_norm,
     fold_constants,
+    fold_requant_clamp,
     fuse_elementwise,
     fuse_epilogues,
 )
@@ -25,6 +26,7 @@ PASSES: tuple[Callable[[Graph], Graph], ...] = (
     fold_constants,       # weights computed in the graph (casts, transposes...) become CONST
     eliminate_dead_code,  # no identities or no-op reshapes hide patterns from what follows
     fold_batch_norm,      # needs CONST BN parameters; leaves CONV/GEMM/MATMUL with a bias
+    fold_requant_clamp,   # integer graphs: a ReLU / clip joins its REQUANTIZE's bounds
     fuse_epilogues,       # bias adds, residual adds, activations into the producer
     fuse_elementwise,     # what remains elementwise, one loop per chain
     eliminate_dead_code,

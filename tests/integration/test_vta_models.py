@@ -216,3 +216,37 @@ def test_loads_of_data_a_half_already_holds_are_skipped(sched, loads):
     assert counts == loads
     x, _ = digits.test_split()
     _same(ec, ev, [x[i:i + 1] for i in range(3)])
+
+
+def test_onnxruntime_quantised_average_pools_run_on_the_accelerator(tmp_path):
+    """AveragePool (with count_include_pad padding) and GlobalAveragePool of an
+    onnxruntime-quantised QDQ model: the windowed pool imports as a depthwise convolution with
+    unit weights, the global one as a sum; both run on the ALU, bit-exact with the CPU."""
+    ort = pytest.importorskip("onnxruntime.quantization", reason="pip install 'vtakit[dev]'")
+    b = models._Builder(5)
+    x = b.op("Relu", [b.conv("input", 3, 24, 3, bias=True)])
+    x = b.op("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.op("AveragePool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    model = b.model("pools", ["N", 3, 12, 10], b.dense(x, 24, 10), ["N", 10], 13)
+    calib = _random_inputs(model, 8, 0)
+    src, out = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, src)
+
+    class Reader(ort.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.samples = iter([{"input": c} for c in calib])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    ort.quantize_static(str(src), str(out), Reader(), quant_format=ort.QuantFormat.QDQ,
+                        activation_type=ort.QuantType.QInt8, weight_type=ort.QuantType.QInt8,
+                        per_channel=True, extra_options={"ActivationSymmetric": True})
+    qdq = onnx.load(out)
+    plan = lower_model(qdq, target="vta")
+    (region,) = plan.sections["vta"].meta["regions"]
+    assert [lm["kind"] for lm in region["layers"]] == [
+        "conv2d", "avg_pool", "avg_pool", "avg_pool", "dense"]
+    _same(GraphExecutor(lower_model(qdq, target="cpu")), GraphExecutor(plan),
+          _random_inputs(model, 3, 1))

@@ -102,7 +102,7 @@ def requant_programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
         return tuple(requant_program(r or ident, None, layer.out.c, cfg)
                      for r in (layer.requant_a, layer.requant_b, layer.requant))
     if isinstance(layer, PoolLayer) and layer.requant is not None:
-        return (requant_program(layer.requant, None, layer.out.c, cfg),)
+        return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
     return ()
 
 

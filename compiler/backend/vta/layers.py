@@ -8,9 +8,11 @@ writing int8 activations in its packed layout:
   int8 (bias, clamp, multiplier, rounding shift, zero point, ReLU/ReLU6/clip as MIN/MAX);
 - ``max_pool``: MAX_POOL of an int8 tensor (zero padding only where the input cannot be
   negative: the ALU pads with zeros);
-- ``avg_pool``: global average pooling as the integer graph writes it, ``REQUANTIZE(REDUCE_SUM(
-  CAST(x), axes (2, 3), keepdims))`` with int8 ``x`` and output: the window's sum on the ALU,
-  then the requantisation (the division by the window is in its multiplier);
+- ``avg_pool``: average pooling as the integer graph writes it, with int8 input and output:
+  global, ``REQUANTIZE(REDUCE_SUM(CAST(x), axes (2, 3), keepdims))``, or windowed, a depthwise
+  CONV_INTEGER with unit weights (an imported QDQ AveragePool) and its REQUANTIZE: the
+  window's sum on the ALU, then the requantisation (the division by the window is in its
+  multiplier, a zero point's correction in its bias);
 - ``add``: the residual add of the integer graph, ``REQUANTIZE(ADD(REQUANTIZE(CAST(a)),
   REQUANTIZE(CAST(b))))`` with int8 ``a``, ``b`` and output.
 
@@ -104,6 +106,7 @@ class PoolLayer(Layer):
     strides: tuple[int, int] = (1, 1)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
     requant: RequantAttrs | None = None
+    bias: np.ndarray | None = None
 
 
 @dataclass
@@ -254,6 +257,8 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
         assert isinstance(a, ConvAttrs)
         if len(a.kernel) != 2:
             return None, f"a {len(a.kernel)}-d convolution"
+        if a.group != 1 and _unit_depthwise(n, a):
+            return _window_sum(n, a, xin, rq, cfg)
         if a.group != 1:
             return None, (f"group={a.group} (a grouped or depthwise convolution uses 1/"
                           f"{cfg.block_in} of the GEMM core; the CPU's depthwise kernel is "
@@ -280,6 +285,32 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     nodes = [n, rq] + ([x] if flat and len(users.get(x, [])) == 1 else [])
     return ConvLayer(rq.name, kind, nodes, [xin], out, weight=weight, kernel=kernel,
                      strides=strides, pads=pads, requant=attrs, bias=bias), None
+
+
+def _window_sum(n: Node, a: ConvAttrs, xin: Operand, rq: Node, cfg: HwConfig
+                ) -> tuple[Layer | None, str | None]:
+    """A depthwise convolution with unit weights as an ``avg_pool`` layer: the ALU sums the
+    window (the LOAD's zero padding adds nothing, as the convolution's does) and requantises."""
+    if cfg.block_in != cfg.block_out:
+        return None, "block_in != block_out: pooling reads the OUT layout as ACC rows"
+    if tuple(a.dilations) != (1, 1):
+        return None, f"dilations {tuple(a.dilations)}"
+    if max(a.pads) > MAX_PAD:
+        return None, f"padding {tuple(a.pads)} beyond the LOAD's {MAX_PAD}"
+    out = _operand(rq, cfg)
+    if out is None:
+        return None, "an output the accelerator cannot hold"
+    bad = _requant_ok(rq, out.c, 1)
+    if bad:
+        return None, bad
+    attrs = rq.attrs
+    assert isinstance(attrs, RequantAttrs)
+    bias = rq.src[1].value.astype(np.int32) if len(rq.src) > 1 else None
+    pads = (int(a.pads[0]), int(a.pads[1]), int(a.pads[2]), int(a.pads[3]))
+    return PoolLayer(rq.name, "avg_pool", [n, rq], [xin], out,
+                     kernel=(int(a.kernel[0]), int(a.kernel[1])),
+                     strides=(int(a.strides[0]), int(a.strides[1])), pads=pads,
+                     requant=attrs, bias=bias), None
 
 
 def _nonnegative(x: Node) -> bool:
@@ -325,8 +356,6 @@ def _avg_pool(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     rq = _single_requant(n, users, DType.INT8)
     if rq is None:
         return None, "a sum not requantised to int8 by its only user"
-    if len(rq.src) > 1:
-        return None, "a bias on the sum"
     xin, out = _operand(x, cfg), _operand(rq, cfg)
     if xin is None or out is None:
         return None, "operands the accelerator cannot hold"
@@ -338,8 +367,18 @@ def _avg_pool(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
     h, w = x.shape[2], x.shape[3]
+    bias = rq.src[1].value.astype(np.int32) if len(rq.src) > 1 else None
     return PoolLayer(rq.name, "avg_pool", [cast, n, rq], [xin], out, kernel=(h, w),
-                     requant=attrs), None
+                     requant=attrs, bias=bias), None
+
+
+def _unit_depthwise(n: Node, a: ConvAttrs) -> bool:
+    """A depthwise convolution whose weights are all 1: a window sum (an imported QDQ
+    AveragePool, see `frontend.qdq`)."""
+    w = n.src[1]
+    c = n.src[0].shape[1] if n.src[0].rank == 4 else -1
+    return (a.group == c and w.op is Op.CONST and w.value.shape[:2] == (c, 1)
+            and bool(np.all(w.value == 1)))
 
 
 def _int8_source(r: Node) -> tuple[Node, RequantAttrs | None] | None:
