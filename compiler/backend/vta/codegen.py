@@ -206,6 +206,42 @@ def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantProgram 
     vt.finish()
 
 
+def emit_global_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantProgram,
+                     arrays: Mapping[str, DeviceArray], code: LayerCode) -> None:
+    """Global average pooling over a plane of any size: the output row is reset, then the
+    plane comes into ACC ``sch.chunk`` input rows at a time and one ALU instruction ADDs each
+    chunk's elements into it (one micro-op: the loops walk the chunk, the destination stays),
+    then the sum is requantised. ACC half: output | requantisation constants | chunk."""
+    cfg = sess.cfg
+    x, y = arrays[code.inputs[0]], arrays[code.output]
+    table = arrays[code.tables[0]] if rq.rows else None
+    xi, o = L.inputs[0], L.out
+    cb = -(-o.c // cfg.block_out)
+    vt = VirtualThreads(sess, sch.threads)
+    for n0, c0, _, _, _, _ in _channel_tiles(L, sch, cfg):
+        plane = (n0 * cb + c0) * xi.h * xi.w
+        with vt.tile() as a:
+            acc = vt.half(cfg.acc_depth, a)
+            consts = acc + 1
+            win = consts + rq.rows
+            with vt.compute():
+                sess.gemm(_kernel(sess, [(1, 0, 0, 0), (1, 0, 0, 0)], [(acc, 0, 0)],
+                                  reset=True))
+                for r0 in range(0, xi.h, sch.chunk):
+                    r = min(sch.chunk, xi.h - r0)
+                    sess.load_2d(x, plane + r0 * xi.w, x_size=xi.w, y_size=r, x_stride=xi.w,
+                                 sram_base=win, memory_type=M.ACC_8BIT)
+                    sess.alu(_kernel(sess, [(r, 0, xi.w, 0), (xi.w, 0, 1, 0)],
+                                     [(acc, win, 0)], mode="alu", alu_opcode=A.ADD))
+                if table is not None:
+                    sess.load_2d(table, c0 * rq.rows, x_size=rq.rows, y_size=1,
+                                 x_stride=rq.rows, sram_base=consts, memory_type=M.ACC)
+                _requant(sess, rq, acc, 1, 1, 1, consts)
+            with vt.store():
+                sess.store_2d(y, n0 * cb + c0, x_size=1, y_size=1, x_stride=1, sram_base=acc)
+    vt.finish()
+
+
 def emit_add(sess: Session, L: AddLayer, sch: RowSchedule,
              rqs: tuple[RequantProgram, RequantProgram, RequantProgram],
              arrays: Mapping[str, DeviceArray], code: LayerCode) -> None:
@@ -249,7 +285,10 @@ def emit_layer(sess: Session, L: Layer, schedule: object, rqs: tuple[RequantProg
         emit_conv(sess, L, schedule, rqs[0], arrays, code)
     elif isinstance(L, PoolLayer):
         assert isinstance(schedule, RowSchedule)
-        emit_pool(sess, L, schedule, rqs[0] if rqs else None, arrays, code)
+        if schedule.chunk:
+            emit_global_pool(sess, L, schedule, rqs[0], arrays, code)
+        else:
+            emit_pool(sess, L, schedule, rqs[0] if rqs else None, arrays, code)
     elif isinstance(L, AddLayer):
         assert isinstance(schedule, RowSchedule) and len(rqs) == 3
         emit_add(sess, L, schedule, (rqs[0], rqs[1], rqs[2]), arrays, code)

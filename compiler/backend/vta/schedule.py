@@ -41,9 +41,10 @@ from .layers import AddLayer, ConvLayer, Layer, PoolLayer
 from .requant import RequantProgram
 
 __all__ = ["ConvSchedule", "RowSchedule", "Schedule", "ConvGeometry", "conv_geometry",
-           "conv_fits", "rows_fit", "fits", "conv_candidates", "row_candidates", "candidates",
-           "estimate", "estimate_conv", "estimate_rows", "lower_bound", "compute_floor", "choose",
-           "choose_conv", "choose_rows", "schedule_from_json", "NoSchedule"]
+           "conv_fits", "rows_fit", "is_global", "fits", "conv_candidates", "row_candidates",
+           "candidates", "estimate", "estimate_conv", "estimate_rows", "lower_bound",
+           "compute_floor", "choose", "choose_conv", "choose_rows", "schedule_from_json",
+           "NoSchedule"]
 
 
 class NoSchedule(ValueError):
@@ -71,14 +72,18 @@ class ConvSchedule:
 
 @dataclass(frozen=True)
 class RowSchedule:
-    """Pooling and adds: ``toh x tow`` output elements of one channel block per tile."""
+    """Pooling and adds: ``toh x tow`` output elements of one channel block per tile. A global
+    pool (`is_global`) has one output element and reads its plane ``chunk`` input rows at a
+    time into ACC (0: the whole plane at once), so a plane of any size fits."""
 
     toh: int
     tow: int
     threads: int = 2
+    chunk: int = 0
 
     def to_json(self) -> dict[str, int]:
-        return {"toh": self.toh, "tow": self.tow, "threads": self.threads}
+        out = {"toh": self.toh, "tow": self.tow, "threads": self.threads}
+        return out | ({"chunk": self.chunk} if self.chunk else {})
 
 
 Schedule: TypeAlias = "ConvSchedule | RowSchedule"
@@ -91,7 +96,7 @@ def schedule_from_json(L: Layer, fields: dict[str, int]) -> Schedule:
         ConvSchedule if isinstance(L, ConvLayer) else RowSchedule)
     want = set(cls.__dataclass_fields__)
     got = set(fields)
-    if not want - {"threads", "order"} <= got <= want or not all(
+    if not want - {"threads", "order", "chunk"} <= got <= want or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in fields.values()):
         raise ValueError(f"layer {L.name!r} ({L.kind}): schedule {fields} is not a "
                          f"{cls.__name__} (expected positive integers {sorted(want)})")
@@ -140,11 +145,25 @@ def conv_fits(L: ConvLayer, s: ConvSchedule, table_rows: int, cfg: HwConfig) -> 
             and t <= cfg.dep_queue_depth)
 
 
+def is_global(L: Layer) -> bool:
+    """A pool whose window is its whole, unpadded input plane (one output element)."""
+    return (isinstance(L, PoolLayer) and L.kind == "avg_pool" and L.out.h == L.out.w == 1
+            and not any(L.pads) and L.kernel == (L.inputs[0].h, L.inputs[0].w))
+
+
 def rows_fit(L: Layer, s: RowSchedule, table_rows: int, cfg: HwConfig) -> bool:
     """Whether a pooling / add tile fits one ACC half (its output, the requantisation
-    constants, and the input window or the second operand) and the instruction fields."""
+    constants, and the input window, the chunk of a global pool's plane, or the second
+    operand) and the instruction fields."""
     iter_max, factor_max = _limits(cfg)
-    if isinstance(L, PoolLayer):
+    if s.chunk and not is_global(L):
+        return False
+    if is_global(L) and s.chunk:
+        x = L.inputs[0]
+        use = 1 + table_rows + s.chunk * x.w
+        ok = (s.toh == s.tow == 1 and s.chunk <= x.h and s.chunk <= iter_max
+              and x.w <= min(iter_max, factor_max))
+    elif isinstance(L, PoolLayer):
         (kh, kw), (sh, sw) = L.kernel, L.strides
         in_rows, in_cols = (s.toh - 1) * sh + kh, (s.tow - 1) * sw + kw
         use = s.toh * s.tow + table_rows + in_rows * in_cols
@@ -189,6 +208,12 @@ def row_candidates(L: Layer, table_rows: int, cfg: HwConfig) -> list[RowSchedule
     """Every pooling / add tile that fits (see `rows_fit`), largest first."""
     o = L.out
     out = []
+    if is_global(L):
+        for t, chunk in itertools.product((2, 1), _sizes(L.inputs[0].h)[::-1]):
+            s = RowSchedule(1, 1, t, chunk)
+            if rows_fit(L, s, table_rows, cfg):
+                out.append(s)
+        return out
     for t, tow, toh in itertools.product((2, 1), _sizes(o.w)[::-1], _sizes(o.h)[::-1]):
         s = RowSchedule(toh, tow, t)
         if rows_fit(L, s, table_rows, cfg):
@@ -357,7 +382,20 @@ def estimate_rows(L: Layer, s: RowSchedule, rqs: Sequence[RequantProgram],
         th, tw = min(s.toh, o.h - oh0), min(s.tow, o.w - ow0)
         acc = len(stored) % t * (cfg.acc_depth // t)
         after = stored[-t] if len(stored) >= t else 0
-        if isinstance(L, PoolLayer):
+        if s.chunk:  # a global pool, chunk by chunk (`codegen.emit_global_pool`)
+            x = L.inputs[0]
+            tl.kernel(((acc, 0, 0),), 1, gemm_cycles(1), after)
+            rows = sum(r.rows for r in rqs)
+            win = acc + 1 + rows
+            for r0 in range(0, x.h, s.chunk):
+                r = min(s.chunk, x.h - r0)
+                tl.insn(_COMPUTE, tl.transfer(r, x.w * e8))
+                tl.kernel(((acc, win, 0),), 1, alu_cycles(r * x.w, False))
+            for rq in rqs:
+                if rq.rows:
+                    tl.insn(_COMPUTE, tl.transfer(1, rq.rows * cfg.acc_elem_bytes))
+                tl.requant(rq, acc, 1, 1, 1, acc + 1)
+        elif isinstance(L, PoolLayer):
             x = L.inputs[0]
             (kh, kw), (sh, sw) = L.kernel, L.strides
             in_rows, in_cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
