@@ -157,6 +157,10 @@ def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
     """VTA instruction streams for the integer graph's conv, dense, pool and add layers."""
     cfg = resolve_config(opts.config)
     layers, why = find_layers(g, cfg)
+    unknown = sorted(set(opts.schedules) - {L.name for L in layers})
+    if unknown:
+        raise ValueError(f"vta: schedules name {unknown}, which are not accelerator layers of "
+                         f"this model (its layers: {[L.name for L in layers]})"[:600])
     kept: list[Layer] = []
     schedules: dict[int, Any] = {}
     rqs: dict[int, tuple[RequantProgram, ...]] = {}

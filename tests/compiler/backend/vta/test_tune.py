@@ -196,6 +196,10 @@ def test_missing_log_and_bad_options(tmp_path, calib):
     with pytest.raises(ValueError, match=r"schedules\['conv3x3_0'\] = .* does not fit"):
         _vta(calib, schedules={"conv3x3_0": {"toh": 8, "tow": 8, "tob": 1, "tib": 1,
                                              "threads": 5}})
+    with pytest.raises(ValueError, match=r"schedules name \['conv9'\], which are not "
+                                         r"accelerator layers of this model \(its layers: "
+                                         r"\['conv3x3_0'"):
+        _vta(calib, schedules={"conv9": {"toh": 1, "tow": 1, "tob": 1, "tib": 1}})
     bad = _write(tmp_path / "bad.jsonl", ["{}"])
     with pytest.raises(ValueError, match=r"bad\.jsonl, line 1: no 'version'"):
         tune_model(digits.load_model(), calib=calib, log=bad)  # fails before any work
