@@ -112,12 +112,19 @@ class Board:
     bitstream_suffix : str
         The file ``hw program`` loads (``.bin`` for iCE40, ``.bit`` for ECP5).
     export_only : bool
-        No open-toolchain bitstream (Zynq): it is built with Vivado from an export (Verilog,
-        an AXI top and a Vivado project), which is not written yet.
+        No open-toolchain bitstream (Zynq): ``vtakit hw export`` writes the Verilog of an AXI
+        top and a Vivado script that builds the bitstream (:mod:`vtakit.boards.zynq`).
     optional_tools : tuple[str, ...]
         Build steps of the platform that are skipped, with a note, when the tool is missing.
     aliases : tuple[str, ...]
         Other names :func:`board` accepts.
+    vivado_part : str | None
+        The part Vivado builds for (Zynq boards).
+    vivado_boards : tuple[str, ...]
+        Patterns of Vivado board parts (``get_board_parts``) whose presets fit the board; the
+        export's script uses the first one installed, else its own PS settings.
+    csr_base : int | None
+        Where the processing system sees the core's registers (Zynq: in the M_AXI_GP0 range).
     notes : str
         One line for ``report.txt`` and the docs.
     """
@@ -140,6 +147,9 @@ class Board:
     export_only: bool = False
     optional_tools: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    vivado_part: str | None = None
+    vivado_boards: tuple[str, ...] = ()
+    csr_base: int | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -224,8 +234,11 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         leds={"running": ("led", 0), "done": ("led", 1), "fault": ("led", 2)},
         memory=BoardMemory("axi", 512 * 1024 * 1024), programmer="arty_z7_20",
         bitstream_suffix=".bit", export_only=True, aliases=("pynq-z1",),
-        notes="the core reaches the PS DDR through an AXI HP port (vta_hw.axi.AxiMaster) and "
-              "the host through AXI-Lite MMIO; Vivado builds it (its export is not written yet)"),
+        vivado_part="xc7z020clg400-1", vivado_boards=("*pynq-z1*", "*arty-z7-20*"),
+        csr_base=0x43C0_0000,
+        notes="the core reaches the PS DDR through the S_AXI_HP0 port (vta_hw.axi.AxiMaster) "
+              "and the host through AXI-Lite MMIO on M_AXI_GP0; vtakit hw export writes the "
+              "Verilog and the Vivado script"),
 )}
 
 

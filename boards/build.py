@@ -280,7 +280,8 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     """Build the bitstream of ``board_name``'s SoC with ``config`` (default: the board's
     preset).
 
-    Raises :class:`ExportOnlyError` for a Zynq board, :class:`ToolchainError` when
+    Raises :class:`ExportOnlyError` for a Zynq board (:func:`vtakit.boards.zynq.export` writes
+    its Vivado design), :class:`ToolchainError` when
     amaranth-boards or a YoWASP tool is missing (saying what to pip install),
     :class:`BuildError` when a step fails (with the line of its log that says why) and
     :class:`TimingError` when a clock misses its target (unless ``allow_timing_failure``);
@@ -291,8 +292,8 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     if b.export_only:
         raise ExportOnlyError(
             f"board {b.name} ({b.title}) is built with Vivado, not the open toolchain; its "
-            f"export (an AXI top and a Vivado project) is not written yet: "
-            f"`vtakit hw verilog --config {b.preset}` gives the core's Verilog")
+            f"export is `vtakit hw export --board {b.name}` (the Verilog of an AXI top and a "
+            f"Vivado script that builds the bitstream)")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
     cfg = _config_for(b, config)

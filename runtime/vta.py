@@ -9,7 +9,8 @@ instead, one layer at a time, so every layer is timed (and counted in cycles) on
 
 The device is chosen by the runner option ``device``: ``"sim"`` (default, the cycle-accurate
 simulator), ``"rtl"`` (the core's Verilog under Verilator), ``"fpga:PORT"`` or
-``"fpga:PORT@BAUD"`` (a board behind its UART host bridge, e.g. ``"fpga:/dev/ttyUSB1"``), or a
+``"fpga:PORT@BAUD"`` (a board behind its UART host bridge, e.g. ``"fpga:/dev/ttyUSB1"``),
+``"pynq"`` or ``"pynq:BITFILE"`` (on a Zynq board, through the ``pynq`` package), or a
 `driver.Device` instance. A device built for another configuration than the one the model was
 compiled for is refused.
 """
@@ -39,7 +40,8 @@ OPTIONS = ("device", "timeout_s")
 
 
 def make_device(spec: Any, cfg: HwConfig) -> Device:
-    """``"sim"``, ``"rtl"``, ``"fpga:PORT[@BAUD]"`` or a `Device` (checked against `cfg`)."""
+    """``"sim"``, ``"rtl"``, ``"fpga:PORT[@BAUD]"``, ``"pynq[:BITFILE]"`` or a `Device` (checked
+    against `cfg`)."""
     if isinstance(spec, Device):
         if spec.cfg.hash != cfg.hash:
             raise ValueError(
@@ -60,8 +62,12 @@ def make_device(spec: Any, cfg: HwConfig) -> Device:
         from vtakit.driver.devices.fpga import FpgaDevice
 
         return FpgaDevice.from_spec(cfg, spec[len("fpga:"):])
-    raise ValueError(f"vta runner: device={spec!r}; expected 'sim', 'rtl', 'fpga:PORT' or a "
-                     f"vtakit.driver.Device")
+    if isinstance(spec, str) and (spec == "pynq" or spec.startswith("pynq:")):
+        from vtakit.driver.devices.pynq import PynqDevice
+
+        return PynqDevice.from_spec(cfg, spec[len("pynq:"):])
+    raise ValueError(f"vta runner: device={spec!r}; expected 'sim', 'rtl', 'fpga:PORT', "
+                     f"'pynq[:BITFILE]' or a vtakit.driver.Device")
 
 
 @dataclass

@@ -27,11 +27,19 @@ queue overflows (bit 1, ``OVERFLOW``), or when a slave answers SLVERR/DECERR (bi
 After an error the run's data and cycle count are not to be trusted; on a working system the
 cycle counts differ from vta_sim's only if the memory is slower than the model. Use a larger
 ``mem_read_latency_cycles`` in the configuration for a slower memory.
+
+When the core is reset in the middle of a run (``abort``, a one-cycle pulse in the cycle of the
+core's reset), the AXI side must still finish what the core started: the adapter drops every
+read beat the core requested and has not received (including beats of requests still waiting
+for AR, and beats that arrived too late after a LATE error, which would otherwise reach the
+next run), and completes a write burst the reset cut short with beats of ``wstrb = 0`` (they
+write nothing). A beat due to the next run while the dropped ones have not all arrived yet is
+LATE.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -77,6 +85,9 @@ class AxiMaster(wiring.Component):
         Sticky ``AXI_ERR_LATE | AXI_ERR_OVERFLOW | AXI_ERR_RESP`` bits.
     clear : In
         Clears ``error`` and ``error_cause``.
+    abort : In
+        The core is being reset in this cycle: drop its outstanding read beats and finish its
+        write burst with empty beats (see the module docstring).
     """
 
     def __init__(self, cfg: HwConfig, queue_depth: int = 8, ordered: bool = True):
@@ -110,6 +121,7 @@ class AxiMaster(wiring.Component):
             "wready": In(1),
             "bresp": In(2), "bvalid": In(1), "bready": Out(1),
             "error": Out(1), "error_cause": Out(3), "clear": In(1),
+            "abort": In(1),
         })
 
     def elaborate(self, platform):
@@ -164,9 +176,23 @@ class AxiMaster(wiring.Component):
         taps = Signal(L)
         m.d.sync += taps.eq(Cat(holding, taps[:-1]))
         due = taps[-1]
-        m.d.comb += [self.mem_rd_data.eq(rq.r_data), self.mem_rd_data_valid.eq(due & rq.r_rdy),
-                     rq.r_en.eq(due)]
-        with m.If(due & ~rq.r_rdy):
+        # beats the core requested and has not been given (requested - popped), and those an
+        # abort left to drop: the next beats out of rq, before any of the next run's
+        owed, drop = Signal(16), Signal(16)
+        popped, owed_next = Signal(), Signal(16)
+        m.d.comb += [popped.eq(rq.r_en & rq.r_rdy),
+                     owed_next.eq(owed + Mux(self.mem_rd_valid, self.mem_rd_beats, 0)
+                                  - popped)]
+        m.d.sync += owed.eq(owed_next)
+        dropping = drop != 0
+        m.d.comb += [self.mem_rd_data.eq(rq.r_data),
+                     self.mem_rd_data_valid.eq(due & rq.r_rdy & ~dropping),
+                     rq.r_en.eq(due | dropping)]
+        with m.If(self.abort):
+            m.d.sync += [drop.eq(owed_next), taps.eq(0), rd_left.eq(0)]
+        with m.Elif(dropping & popped):
+            m.d.sync += drop.eq(drop - 1)
+        with m.If(due & (~rq.r_rdy | dropping)):
             m.d.comb += late.eq(1)
 
         # ---- writes --------------------------------------------------------------------------
@@ -179,19 +205,30 @@ class AxiMaster(wiring.Component):
         m.d.comb += [self.awaddr.eq(aw.addr), self.awlen.eq(aw.len),
                      self.awvalid.eq(awq.r_rdy & aw_ok), awq.r_en.eq(self.awready & aw_ok)]
         w_left = Signal(range(M + 1))  # beats of the current write burst still to come
+        w_left_next = Signal(range(M + 1))
+        pad = Signal(range(M + 1))     # empty beats that finish a burst an abort cut short
         last = Signal()
+        m.d.comb += w_left_next.eq(w_left)
         with m.If(self.mem_wr_valid):
-            m.d.comb += last.eq(self.mem_wr_beats == 1)
-            m.d.sync += w_left.eq(self.mem_wr_beats - 1)
+            m.d.comb += [last.eq(self.mem_wr_beats == 1),
+                         w_left_next.eq(self.mem_wr_beats - 1)]
         with m.Elif(self.mem_wr_data_valid):
-            m.d.comb += last.eq(w_left == 1)
-            m.d.sync += w_left.eq(w_left - 1)
-        m.d.comb += [wq.w_en.eq(self.mem_wr_data_valid),
-                     wq.w_data.eq(Cat(self.mem_wr_data, self.mem_wr_strb, last))]
+            m.d.comb += [last.eq(w_left == 1), w_left_next.eq(w_left - 1)]
+        m.d.sync += w_left.eq(w_left_next)
+        with m.If(self.abort):
+            m.d.sync += [pad.eq(w_left_next), w_left.eq(0)]
+        with m.Elif(pad != 0):
+            m.d.sync += pad.eq(pad - 1)
+        with m.If(pad != 0):
+            m.d.comb += [wq.w_en.eq(1), wq.w_data.eq(Cat(Const(0, bus + bus // 8), pad == 1))]
+        with m.Else():
+            m.d.comb += [wq.w_en.eq(self.mem_wr_data_valid),
+                         wq.w_data.eq(Cat(self.mem_wr_data, self.mem_wr_strb, last))]
         m.d.comb += [self.wdata.eq(wq.r_data[:bus]), self.wstrb.eq(wq.r_data[bus:-1]),
                      self.wlast.eq(wq.r_data[-1]), self.wvalid.eq(wq.r_rdy),
                      wq.r_en.eq(self.wready)]
-        with m.If((self.mem_wr_valid & ~awq.w_rdy) | (self.mem_wr_data_valid & ~wq.w_rdy)):
+        with m.If((self.mem_wr_valid & ~awq.w_rdy) | (wq.w_en & ~wq.w_rdy)
+                  | ((pad != 0) & self.mem_wr_data_valid)):
             m.d.comb += overflow.eq(1)
         m.d.comb += self.bready.eq(1)
         with m.If(self.bvalid & self.bresp[1]):

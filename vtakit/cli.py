@@ -258,6 +258,33 @@ def hw_build(board_name: str, config: HwConfig | None, seed: int, output: Path |
         raise InputError(str(err)) from err
 
 
+@hw_group.command("export")
+@click.option("--board", "board_name", required=True, help="A Zynq board: arty-z7-20 (pynq-z1).")
+@click.option("--config", "config", type=CONFIG, default=None,
+              help="Preset name or JSON file  [default: the board's preset]")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the Verilog, the Vivado script and the manifest  "
+                   "[default: build/BOARD]")
+def hw_export(board_name: str, config: HwConfig | None, output: Path | None) -> None:
+    """Write a Zynq BOARD's design for Vivado: the core as an AXI peripheral (Verilog), a
+    Vivado batch script that builds the block design and the bitstream (with the .hwh that
+    pynq loads), and a manifest. Vivado itself is not run."""
+    from vtakit.boards.build import BuildError
+    from vtakit.boards.zynq import export
+
+    try:
+        result = export(board_name, config=config, output=output, progress=click.echo)
+    except (BuildError, ValueError) as err:
+        raise InputError(str(err)) from err
+    man = result.manifest
+    for path in result.files.values():
+        click.echo(f"wrote {path}")
+    click.echo(f"{man['board']}: config {man['config']['name']} ({man['config']['bitstream_name']}"
+               f", hash {man['config']['hash']}), {man['clock_mhz']:g} MHz, registers at "
+               f"{man['registers']['base_hex']}; build with: cd {result.output} && vivado -mode "
+               f"batch -source {result.files['tcl'].name}")
+
+
 @hw_group.command("program")
 @click.option("--board", "board_name", required=True, help="The board (as for hw build).")
 @click.option("--bitstream", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -1,0 +1,104 @@
+"""Build :class:`~vtakit.vta_hw.axi_top.AxiTop` (``vta_axi``, the Zynq top) under Verilator with
+cocotb's VPI, for benches that drive its AXI ports directly (``cocotbext-axi``'s AXI4-Lite
+master and AXI RAM in ``tests/boards/zynq_axi_bench.py``).
+
+The build is cached like the core's (:mod:`.build`): in ``cache_root()/<cfg.hash>-axi-<key>``,
+keyed by the configuration, :func:`~.verilog_cache.generator_version` (every source of the
+hardware), the flags and the Python version, so a cached build starts without running
+Amaranth. Only the top's ports are public (a Verilator control file), so Verilator optimises the
+core as it does in the core's bench.
+:func:`axi_sim_env` is the environment that starts the executable with a cocotb test module.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from vtakit.vta_hw.config import HwConfig
+
+from .build import VERILATOR_ARGS, _run, _verilator_root, cache_root, missing_tools
+from .verilog_cache import generator_version
+
+__all__ = ["build_axi_top", "axi_sim_env", "AXI_BUILD_VERSION"]
+
+AXI_BUILD_VERSION = "1"  # bump when the way of building changes
+
+
+def build_axi_top(cfg: HwConfig, *, verilog: str | None = None) -> Path:
+    """The Verilator executable of ``vta_axi`` for ``cfg`` (built, or found in the cache).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    verilog : str | None
+        The top's Verilog (default: :func:`vtakit.vta_hw.axi_top.axi_top_verilog`).
+    """
+    from vtakit.vta_hw.axi_top import MODULE_NAME, axi_top_verilog
+
+    why = missing_tools("verilator")
+    if why:
+        raise RuntimeError(f"cannot build the RTL simulator: {why}; pip install 'vtakit[rtl]'")
+    cfg = cfg.validate()
+    vlt = f'`verilator_config\npublic_flat_rw -module "{MODULE_NAME}" -var "*"\n'
+    source = generator_version() if verilog is None else verilog
+    key = hashlib.sha256("\0".join([AXI_BUILD_VERSION, vlt, cfg.to_json(), source,
+                                    *VERILATOR_ARGS, sys.version]).encode()).hexdigest()[:16]
+    name = f"{cfg.hash}-axi-{key}"
+    root = cache_root()
+    target = root / name
+    exe = target / MODULE_NAME
+    if (target / "ok").exists():
+        return exe
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "ok").exists():
+            return exe
+        from cocotb_tools import config
+
+        tmp = root / f"{name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        if verilog is None:
+            verilog = axi_top_verilog(cfg)
+        (tmp / f"{MODULE_NAME}.v").write_text(verilog)
+        (tmp / "public.vlt").write_text(vlt)
+        vroot = _verilator_root()
+        assert vroot is not None  # missing_tools said so
+        env = dict(os.environ, VERILATOR_ROOT=str(vroot))
+        cmd = [str(vroot / "bin" / "verilator"), "-cc", "--exe", "-Mdir", str(tmp),
+               "--top-module", MODULE_NAME, "--vpi", "--prefix", "Vtop", "-o", MODULE_NAME,
+               "-LDFLAGS",
+               f"-Wl,-rpath,{config.libs_dir} -L{config.libs_dir} -lcocotbvpi_verilator",
+               *VERILATOR_ARGS, "--timescale", "1ns/1ps",
+               str(config.share_dir / "lib" / "verilator" / "verilator.cpp"),
+               str(tmp / "public.vlt"), str(tmp / f"{MODULE_NAME}.v")]
+        _run(cmd, tmp, env, "verilator")
+        _run(["make", "-j", str(os.cpu_count() or 1), "-C", str(tmp), "-f", "Vtop.mk",
+              "CFG_CXXFLAGS_PCH_I=-include"], tmp, env, "building the Verilator model")
+        for junk in tmp.glob("*.o"):
+            junk.unlink()
+        (tmp / "ok").write_text(cfg.to_json())
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return exe
+
+
+def axi_sim_env(test_module: str, python_path: list[str] | None = None) -> dict[str, str]:
+    """The environment that runs ``test_module``'s cocotb tests in a :func:`build_axi_top`
+    executable (``python_path``: folders to put before ``sys.path`` for the test module)."""
+    from vtakit.vta_hw.axi_top import MODULE_NAME
+
+    from .process import _cocotb_env
+
+    env = _cocotb_env()
+    env["COCOTB_TOPLEVEL"] = MODULE_NAME
+    env["COCOTB_TEST_MODULES"] = test_module
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join([*python_path, env["PYTHONPATH"]])
+    return env
