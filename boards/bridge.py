@@ -1,19 +1,27 @@
 """The UART host bridge: the board end of :mod:`vtakit.vta_hw.bridge_protocol`, a master on the
 SoC's memory and on the core's register block (docs/boards.md, "UART host bridge").
 
-One request at a time, in four phases: receive (the frame's payload goes into a word buffer of
-``max_payload`` bytes, a block RAM, while a CRC engine checks it), decide (the status, from
-registers only), execute (memory or register accesses; reads fill the same buffer) and answer
-(the response streams out of the buffer through a second CRC engine). Nothing reaches memory
-or a register before the CRC matched. Both CRC engines are ``amaranth.lib.crc`` processors of
+One request at a time, in four phases: receive (each byte of the frame after SYNC goes straight
+into its lane of a word buffer of ``max_payload`` bytes plus the header and the address, a
+block RAM, while the CRC processor checks it), decide (the status, from the buffer's address
+and count words and registers), execute (writes from the buffer) and answer (the response goes
+out through the same CRC processor, restarted; each word a read returns is read from memory or
+the register bus just before it is sent). Nothing reaches memory or a register before the CRC
+matched. The CRC processor is an ``amaranth.lib.crc`` processor of
 :data:`~vtakit.vta_hw.bridge_protocol.CRC_ALGORITHM`, the algorithm the host computes.
+
+Sized for the iCE40 UP5K, where the core leaves little room: one CRC processor, no word
+assembly register (bytes are written into their lane), no read-first logic on the buffer, reads
+sent from one word register instead of the buffer, counters as wide as their largest value,
+comparisons with constants as logic rather than carry chains, and the inter-byte timer's sign
+bit as its timeout.
 """
 
 from __future__ import annotations
 
 import math
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import crc, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -74,7 +82,8 @@ class UartBridge(wiring.Component):
     mem_ready : In(1)
         The memory takes the request held on ``mem_w_en`` / ``mem_r_en`` in this cycle.
     mem_r_data, mem_r_valid : In
-        The data of a taken read, any number of cycles later, in order.
+        The data of a taken read, one or more cycles later (the bridge has one read
+        outstanding at a time).
     mem_busy : In(1)
         The core is running: memory commands are answered BUSY without touching memory.
     csr_addr, csr_w_en, csr_w_data, csr_r_en : Out
@@ -113,72 +122,100 @@ class UartBridge(wiring.Component):
         max_words = self.max_payload // 4
         # word-address bits kept (at least 6: the CSR addresses 0x00..0xfc); the bits above
         # only matter as "any set", which puts the address out of range
-        aw = min(max(self.mem_words.bit_length(), 6), 30)
+        aw = min(max((self.mem_words - 1).bit_length(), 6), 30)
         m.submodules.uart_rx = rx = UartRx(self.divisor)
         m.submodules.uart_tx = tx = UartTx(self.divisor)
+        # one CRC processor: it checks the request, then (restarted) makes the response's CRC.
+        # It is restarted through its reset (the CRC register's reset value is the initial
+        # CRC), not its start input: start folds a multiplexer into every bit's XOR network.
         algorithm = getattr(crc.catalog, p.CRC_ALGORITHM)
-        m.submodules.crc_rx = crc_rx = crc.Processor(algorithm(data_width=8))
-        m.submodules.crc_tx = crc_tx = crc.Processor(algorithm(data_width=8))
-        m.submodules.buf = buf = memory.Memory(shape=32, depth=max_words, init=[])
-        wp, rp = buf.write_port(), buf.read_port()
+        crc_ = crc.Processor(algorithm(data_width=8))
+        crc_restart = Signal()
+        m.submodules.crc = ResetInserter(crc_restart)(crc_)
+        # the request as it arrived: word i of the frame after SYNC (0: CMD SEQ LEN, 1: the
+        # address, 2..: the data or READ_MEM's count) in buffer word i, each byte written
+        # straight into its lane. No word is read in a cycle it is written, so the read port
+        # need not return the old word on a collision (no_rw_check): otherwise yosys builds
+        # read-first logic around the block RAM (a register per data bit and a bypass).
+        m.submodules.buf = buf = memory.Memory(shape=32, depth=max_words + 2, init=[],
+                                               attrs={"no_rw_check": 1})
+        wp, rp = buf.write_port(granularity=8), buf.read_port()
         m.d.comb += [rx.line.eq(self.rx), self.tx.eq(tx.line)]
-
         byte, got = rx.o.payload, rx.o.valid
-        m.d.comb += [crc_rx.data.eq(byte), self.mem_w_strb.eq(0b1111)]
 
-        # inter-byte timer: cycles since the last byte (or framing error), saturating
-        quiet = Signal(range(self.timeout_cycles + 1))
-        timed_out = quiet == self.timeout_cycles
+        # inter-byte timer: counts down from the last byte (or framing error); negative once
+        # the line has been quiet for timeout_cycles (the sign bit says so: no comparator)
+        quiet = Signal(range(-1, self.timeout_cycles), init=-1)
+        timed_out = quiet[-1]
         with m.If(got | rx.error):
-            m.d.sync += quiet.eq(0)
+            m.d.sync += quiet.eq(self.timeout_cycles - 1)
         with m.Elif(~timed_out):
-            m.d.sync += quiet.eq(quiet + 1)
+            m.d.sync += quiet.eq(quiet - 1)
 
-        # the request, as received
-        cmd, seq, len_lo = Signal(8), Signal(8), Signal(8)
-        status = Signal(4)
-        hdr_idx, byte_pos = Signal(2), Signal(2)
-        widx = Signal(range(max_words + 2))       # payload words received
-        wleft = Signal(range(max_words + 2))      # payload words still to come
-        shreg = Signal(24)                        # the first bytes of the word being received
-        addr = Signal(aw + 2)                     # payload word 0, its low bits ...
-        addr_high = Signal()                      # ... and whether any bit above them is set
-        count = Signal(range(max_words + 1))      # payload word 1 (READ_MEM's count) ...
-        count_ok = Signal()                       # ... and whether it is 1..max_words
-        crc_idx = Signal()
+        cmd, seq, status = Signal(8), Signal(8), Signal(4)
         last_seq, last_valid = Signal(8), Signal()
-        # execution
-        n = Signal(range(max_words + 1))          # words the memory command moves
-        cur = Signal(aw)                          # word address of the next memory access
-        k = Signal(range(max_words + 1))          # buffer index (0 until execution)
-        todo = Signal(range(max_words + 1))       # READ_MEM: reads not yet taken
-        pend = Signal(range(max_words + 1))       # writes not taken / read data not arrived
-        # the response
-        resp_words = Signal(range(max(max_words, p.ID_WORDS) + 1))
-        hidx = Signal(3)
-        tx_word, tx_byte = Signal(range(max(max_words, p.ID_WORDS))), Signal(2)
+        # the request's bytes after SYNC; in the answer, 2 + the bytes sent (so that payload
+        # bytes start at a multiple of 4)
+        pos = Signal(range(4 + 4 * (max_words + 1) + p.CRC_BYTES + 1))
+        words = Signal(max(6, (max_words + 1).bit_length()))  # LEN / 4 (LEN_lo's 6 first)
+        len_odd = Signal()                        # LEN is not a multiple of 4
+        # the address (payload word 0): the word address of the next access, and flags
+        cur = Signal(aw)
+        misaligned = Signal()                     # bit 0 or 1 set
+        addr_high = Signal()                      # a bit above the word address set
+        not_csr = Signal()                        # a bit from 8 up set: past the registers
+        # words the memory command moves (decide, write), then words still to answer
+        left = Signal(range(max(max_words, p.ID_WORDS) + 1))
+        count_ok = Signal()                       # READ_MEM's count is 1..max_words
+        k = Signal(range(max_words + 2))          # the buffer word on the read port next cycle
+        txw = Signal(32)                          # the response word being sent
 
-        word = Cat(shreg, byte)  # the payload word completed by this byte
-        is_mem = (cmd == p.Command.WRITE_MEM) | (cmd == p.Command.READ_MEM)
-        is_csr = (cmd == p.Command.WRITE_CSR) | (cmd == p.Command.READ_CSR)
-        is_write = (cmd == p.Command.WRITE_MEM) | (cmd == p.Command.WRITE_CSR)
-        known = Cat(cmd == c for c in p.Command).any()
-        m.d.comb += n.eq(Mux(cmd == p.Command.READ_MEM, count, widx - 1))
+        is_cmd = {c: cmd == c for c in p.Command}
+        is_mem = is_cmd[p.Command.WRITE_MEM] | is_cmd[p.Command.READ_MEM]
+        is_csr = is_cmd[p.Command.WRITE_CSR] | is_cmd[p.Command.READ_CSR]
+        is_write = is_cmd[p.Command.WRITE_MEM] | is_cmd[p.Command.WRITE_CSR]
+        known = Cat(is_cmd.values()).any()
         length_ok = Signal()
         with m.Switch(cmd):
             with m.Case(p.Command.WRITE_MEM):
-                m.d.comb += length_ok.eq(widx >= 2)
+                m.d.comb += length_ok.eq(words[1:].any())  # at least 2
             with m.Case(p.Command.READ_MEM):
-                m.d.comb += length_ok.eq((widx == 2) & count_ok)
+                m.d.comb += length_ok.eq((words == 2) & count_ok)
             with m.Case(p.Command.WRITE_CSR):
-                m.d.comb += length_ok.eq(widx == 2)
+                m.d.comb += length_ok.eq(words == 2)
             with m.Case(p.Command.READ_CSR):
-                m.d.comb += length_ok.eq(widx == 1)
+                m.d.comb += length_ok.eq(words == 1)
             with m.Case(p.Command.ID):
-                m.d.comb += length_ok.eq(widx == 0)
+                m.d.comb += length_ok.eq(words == 0)
 
-        m.d.comb += [rp.addr.eq(k), self.mem_addr.eq(Cat(Const(0, 2), cur)),
-                     self.mem_w_data.eq(rp.data), self.csr_w_data.eq(rp.data)]
+        # received bytes go into their lane of buffer word pos / 4 (in HEADER and PAYLOAD)
+        store = Signal()
+        m.d.comb += [wp.addr.eq(pos[2:]), wp.data.eq(Cat(byte, byte, byte, byte)),
+                     wp.en.eq(Cat(store & (pos[:2] == i) for i in range(4))),
+                     rp.addr.eq(k)]
+        # the memory and register masters: the address is cur's, the data buffer word k's
+        m.d.comb += [self.mem_addr.eq(Cat(Const(0, 2), cur)), self.mem_w_strb.eq(0b1111),
+                     self.mem_w_data.eq(rp.data), self.csr_addr.eq(Cat(Const(0, 2), cur)),
+                     self.csr_w_data.eq(rp.data)]
+
+        # the answer's bytes: the header (pos 2..7), the payload (lane pos % 4 of txw, or of
+        # one of ID's constant words while left is 5, 4, 3), the CRC
+        header, body, out = Signal(8), Signal(8), Signal(8)
+        resp_len = Cat(Const(0, 2), left)
+        with m.Switch(pos[:3]):
+            for i, v in enumerate((p.RESPONSE_SYNC, cmd, seq, status, resp_len[:8],
+                                   resp_len[8:16])):
+                with m.Case(2 + i):
+                    m.d.comb += header.eq(v)
+        id_const = is_cmd[p.Command.ID] & ~_at_most(left, p.ID_WORDS - 3)
+        m.d.comb += body.eq(txw.word_select(pos[:2], 8))
+        with m.If(is_cmd[p.Command.ID]):
+            for i, v in enumerate((p.PROTOCOL_VERSION, self.max_payload, self.mem_words)):
+                with m.If(left == p.ID_WORDS - i):
+                    m.d.comb += body.eq(Const(v, 32).word_select(pos[:2], 8))
+        sending = Signal()
+        m.d.comb += [tx.i.payload.eq(out), tx.i.valid.eq(sending),
+                     crc_.data.eq(Mux(sending, out, byte))]
         m.d.sync += self.frame_error.eq(0)
 
         def fail(code: p.Status, state: str) -> None:
@@ -195,81 +232,91 @@ class UartBridge(wiring.Component):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(got | rx.error):
-                    m.d.sync += [cmd.eq(0), seq.eq(0), hdr_idx.eq(0), widx.eq(0),
-                                 byte_pos.eq(0), crc_idx.eq(0), k.eq(0), resp_words.eq(0)]
+                    m.d.sync += [cmd.eq(0), seq.eq(0), pos.eq(0), k.eq(1)]
                 with m.If(got):
                     with m.If(byte == p.REQUEST_SYNC):
-                        m.d.comb += crc_rx.start.eq(1)
+                        m.d.comb += crc_restart.eq(1)
                         m.next = "HEADER"
                     with m.Else():
                         fail(p.Status.BAD_SYNC, "DISCARD")
                 with m.Elif(rx.error):
                     fail(p.Status.LINE_ERROR, "DISCARD")
 
+            # ---- receive: the CRC register takes every byte after SYNC ------------------
             with m.State("HEADER"):  # CMD SEQ LEN_lo LEN_hi
-                m.d.comb += crc_rx.valid.eq(got)
+                m.d.comb += [crc_.valid.eq(got), store.eq(got)]
                 with m.If(got):
-                    m.d.sync += hdr_idx.eq(hdr_idx + 1)
-                    with m.Switch(hdr_idx):
+                    m.d.sync += pos.eq(pos + 1)
+                    with m.Switch(pos[:2]):
                         with m.Case(0):
                             m.d.sync += cmd.eq(byte)
                         with m.Case(1):
                             m.d.sync += seq.eq(byte)
                         with m.Case(2):
-                            m.d.sync += len_lo.eq(byte)
+                            m.d.sync += [words.eq(byte[2:]), len_odd.eq(byte[:2].any())]
                         with m.Case(3):
-                            length = Cat(len_lo, byte)
-                            m.d.sync += wleft.eq(length[2:])
-                            with m.If((length[:2] != 0) | (length > 4 + self.max_payload)):
+                            length_words = Cat(words[:6], byte)
+                            m.d.sync += words.eq(length_words)
+                            with m.If(len_odd | ~_at_most(length_words, max_words + 1)):
                                 fail(p.Status.BAD_LENGTH, "DISCARD")
-                            with m.Elif(length == 0):
+                            with m.Elif(length_words == 0):
                                 m.next = "CRC"
                             with m.Else():
                                 m.next = "PAYLOAD"
                 line_trouble()
 
-            with m.State("PAYLOAD"):  # little-endian words: 0 addr, 1.. into the buffer
-                m.d.comb += crc_rx.valid.eq(got)
+            with m.State("PAYLOAD"):  # LEN bytes: words 1 .. LEN / 4 of the frame
+                m.d.comb += [crc_.valid.eq(got), store.eq(got)]
                 with m.If(got):
-                    m.d.sync += [byte_pos.eq(byte_pos + 1), shreg.eq(Cat(shreg[8:], byte))]
-                    with m.If(byte_pos == 3):
-                        m.d.sync += [widx.eq(widx + 1), wleft.eq(wleft - 1)]
-                        with m.If(widx == 0):
-                            m.d.sync += [addr.eq(word), addr_high.eq(word[aw + 2:].any())]
-                        with m.Else():
-                            m.d.comb += [wp.en.eq(1), wp.addr.eq(widx - 1), wp.data.eq(word)]
-                        with m.If(widx == 1):
-                            m.d.sync += [count.eq(word),
-                                         count_ok.eq((word >= 1) & (word <= max_words))]
-                        with m.If(wleft == 1):
-                            m.next = "CRC"
+                    m.d.sync += pos.eq(pos + 1)
+                    with m.If((pos[:2] == 3) & (pos[2:] == words)):
+                        m.next = "CRC"
                 line_trouble()
 
             with m.State("CRC"):
-                m.d.comb += crc_rx.valid.eq(got)
+                m.d.comb += crc_.valid.eq(got)
                 with m.If(got):
-                    m.d.sync += crc_idx.eq(1)
-                    with m.If(crc_idx):
+                    m.d.sync += pos.eq(pos + 1)
+                    with m.If(pos[0]):  # the second CRC byte (the first is at a multiple of 4)
+                        m.d.sync += k.eq(2)
                         m.next = "CHECK"
                 line_trouble()
 
+            # ---- decide: nothing has been executed yet ------------------------------------
+            # The read port shows the word k had a cycle before: buffer word 1 (k = 1 from
+            # IDLE on) in CHECK, word 2 in COUNT. Words the frame did not carry read as stale
+            # buffer words; the length check rejects every command that would use them.
             with m.State("CHECK"):  # the CRC register has taken the last byte
-                with m.If(crc_rx.match_detected):
-                    m.next = "DECIDE"
+                addr = rp.data
+                m.d.sync += [cur.eq(addr[2:2 + aw]), misaligned.eq(addr[:2].any()),
+                             addr_high.eq(addr[2 + aw:].any()), not_csr.eq(addr[8:].any())]
+                with m.If(crc_.match_detected):
+                    m.next = "COUNT"
                 with m.Else():
                     fail(p.Status.BAD_CRC, "DISCARD")
-
-            with m.State("DECIDE"):  # nothing has been executed yet
-                m.d.sync += [cur.eq(addr[2:]), todo.eq(n), pend.eq(n)]
+            with m.State("COUNT"):
+                count = rp.data
+                m.d.sync += count_ok.eq(count.any() & _at_most(count, max_words))
+                with m.Switch(cmd):
+                    with m.Case(p.Command.READ_MEM):
+                        m.d.sync += left.eq(count)
+                    with m.Case(p.Command.READ_CSR):
+                        m.d.sync += left.eq(1)
+                    with m.Case(p.Command.ID):
+                        m.d.sync += left.eq(p.ID_WORDS)
+                    with m.Default():  # WRITE_MEM: the data words (WRITE_CSR answers none)
+                        m.d.sync += left.eq(words - 1)
+                m.next = "DECIDE"
+            with m.State("DECIDE"):
                 with m.If(~known):
                     fail(p.Status.BAD_COMMAND, "RESPOND")
                 with m.Elif(~length_ok):
                     fail(p.Status.BAD_LENGTH, "RESPOND")
-                with m.Elif((is_mem | is_csr) & (addr[:2] != 0)):
+                with m.Elif((is_mem | is_csr) & misaligned):
                     fail(p.Status.MISALIGNED, "RESPOND")
-                with m.Elif(is_mem & (addr_high | (addr[2:] + n > self.mem_words))):
+                with m.Elif(is_mem & (addr_high | ~_at_most(cur + left, self.mem_words))):
                     fail(p.Status.OUT_OF_RANGE, "RESPOND")
-                with m.Elif(is_csr & (addr_high | (addr[8:] != 0))):
+                with m.Elif(is_csr & not_csr):
                     fail(p.Status.OUT_OF_RANGE, "RESPOND")
                 with m.Elif(is_mem & self.mem_busy):
                     fail(p.Status.BUSY, "RESPOND")
@@ -280,119 +327,105 @@ class UartBridge(wiring.Component):
                     with m.Switch(cmd):
                         with m.Case(p.Command.WRITE_MEM):
                             m.next = "WRITE"
-                        with m.Case(p.Command.READ_MEM):
-                            m.d.sync += resp_words.eq(count)
-                            m.next = "READ"
                         with m.Case(p.Command.WRITE_CSR):
                             m.next = "CSR_WRITE"
-                        with m.Case(p.Command.READ_CSR):
-                            m.d.sync += resp_words.eq(1)
-                            m.next = "CSR_READ"
                         with m.Case(p.Command.ID):
-                            m.d.sync += resp_words.eq(p.ID_WORDS)
-                            m.next = "ID_VER"
+                            # words 3 and 4 are the registers HW_VER and HW_ID, read through
+                            # cur as READ_CSR's register is
+                            m.d.sync += cur.eq(CsrAddr.HW_VER >> 2)
+                            m.next = "RESPOND"
+                        with m.Default():  # the reads execute while the answer is sent
+                            m.next = "RESPOND"
 
             with m.State("DISCARD"):  # drop the rest of a rejected frame, then answer
                 with m.If(timed_out):
                     m.next = "RESPOND"
 
-            # ---- execute ----------------------------------------------------------------
+            # ---- execute the writes ---------------------------------------------------------
             # buffer word k is on the read port from the cycle after k changed
             with m.State("WRITE_FETCH"):
                 m.next = "WRITE"
             with m.State("WRITE"):
                 m.d.comb += self.mem_w_en.eq(1)
                 with m.If(self.mem_ready):
-                    m.d.sync += [k.eq(k + 1), cur.eq(cur + 1), pend.eq(pend - 1)]
-                    with m.If(pend == 1):
+                    m.d.sync += [k.eq(k + 1), cur.eq(cur + 1), left.eq(left - 1)]
+                    with m.If(left == 1):
                         m.next = "RESPOND"
                     with m.Else():
                         m.next = "WRITE_FETCH"
-
-            with m.State("READ"):
-                m.d.comb += self.mem_r_en.eq(todo != 0)
-                with m.If(self.mem_r_en & self.mem_ready):
-                    m.d.sync += [todo.eq(todo - 1), cur.eq(cur + 1)]
-                with m.If(self.mem_r_valid):
-                    m.d.comb += [wp.en.eq(1), wp.addr.eq(k), wp.data.eq(self.mem_r_data)]
-                    m.d.sync += [k.eq(k + 1), pend.eq(pend - 1)]
-                    with m.If(pend == 1):
-                        m.next = "RESPOND"
-
-            with m.State("CSR_WRITE"):  # the value is buffer word 0 (k = 0)
-                m.d.comb += [self.csr_w_en.eq(1), self.csr_addr.eq(addr[:8])]
-                m.next = "RESPOND"
-            with m.State("CSR_READ"):
-                m.d.comb += [self.csr_r_en.eq(1), self.csr_addr.eq(addr[:8])]
-                m.next = "CSR_READ_DATA"
-            with m.State("CSR_READ_DATA"):
-                m.d.comb += [wp.en.eq(1), wp.addr.eq(0), wp.data.eq(self.csr_r_data)]
-                m.next = "RESPOND"
-
-            # ID: words 0-2 (PROTOCOL_VERSION, max_payload, mem_words) are constants of the
-            # answer; HW_VER and HW_ID go to buffer words 3 and 4
-            with m.State("ID_VER"):
-                m.d.comb += [self.csr_r_en.eq(1), self.csr_addr.eq(CsrAddr.HW_VER)]
-                m.next = "ID_HWID"
-            with m.State("ID_HWID"):
-                m.d.comb += [wp.en.eq(1), wp.addr.eq(3), wp.data.eq(self.csr_r_data),
-                             self.csr_r_en.eq(1), self.csr_addr.eq(CsrAddr.HW_ID)]
-                m.next = "ID_HWID_DATA"
-            with m.State("ID_HWID_DATA"):
-                m.d.comb += [wp.en.eq(1), wp.addr.eq(4), wp.data.eq(self.csr_r_data)]
+            with m.State("CSR_WRITE"):  # the value is buffer word 2 (k = 2)
+                m.d.comb += self.csr_w_en.eq(1)
                 m.next = "RESPOND"
 
             # ---- answer: SYNC CMD SEQ STATUS LEN_lo LEN_hi PAYLOAD CRC_hi CRC_lo ----------
-            # After taking a byte the transmitter is busy for a whole character (10 bits of
-            # at least 4 cycles), so the buffer's read port and the CRC register, each a
-            # cycle late, are current long before the next byte is taken.
+            # The reads execute here, each word just before it is sent: nothing else can
+            # start the core or use the memory while the bridge answers. After taking a byte
+            # the transmitter is busy for a whole character (10 bits of at least 4 cycles),
+            # so the CRC register, a cycle late, is current long before the next byte.
             with m.State("RESPOND"):
-                m.d.comb += crc_tx.start.eq(1)
-                m.d.sync += [hidx.eq(0), tx_word.eq(0), tx_byte.eq(0), crc_idx.eq(0),
-                             self.frame_error.eq(status != p.Status.OK)]
-                with m.If(status != p.Status.OK):
-                    m.d.sync += resp_words.eq(0)
+                m.d.comb += crc_restart.eq(1)
+                m.d.sync += [pos.eq(2), self.frame_error.eq(status != p.Status.OK)]
+                with m.If((status != p.Status.OK) | is_write):
+                    m.d.sync += left.eq(0)
                 m.next = "TX_HEADER"
             with m.State("TX_HEADER"):
-                out = Signal(8)
-                resp_len = Cat(Const(0, 2), resp_words)
-                with m.Switch(hidx):
-                    for i, v in enumerate((p.RESPONSE_SYNC, cmd, seq, status, resp_len[:8],
-                                           resp_len[8:16])):
-                        with m.Case(i):
-                            m.d.comb += out.eq(v)
-                m.d.comb += [tx.i.valid.eq(1), tx.i.payload.eq(out), crc_tx.data.eq(out),
-                             rp.addr.eq(0)]
+                m.d.comb += [out.eq(header), sending.eq(1)]
                 with m.If(tx.i.ready):
-                    m.d.comb += crc_tx.valid.eq(hidx != 0)
-                    m.d.sync += hidx.eq(hidx + 1)
-                    with m.If(hidx == 5):
-                        with m.If(resp_words == 0):
+                    m.d.comb += crc_.valid.eq(pos[:3] != 2)  # not SYNC
+                    m.d.sync += pos.eq(pos + 1)
+                    with m.If(pos[:3] == 7):
+                        with m.If(left == 0):
                             m.next = "TX_CRC"
                         with m.Else():
-                            m.next = "TX_BODY"
+                            m.next = "FETCH"
+            with m.State("FETCH"):  # the next payload word
+                with m.If(is_cmd[p.Command.READ_MEM]):
+                    m.d.comb += self.mem_r_en.eq(1)
+                    with m.If(self.mem_ready):
+                        m.d.sync += cur.eq(cur + 1)
+                        m.next = "READ_DATA"
+                with m.Elif(id_const):
+                    m.next = "TX_BODY"
+                with m.Else():
+                    m.d.comb += self.csr_r_en.eq(1)
+                    m.d.sync += cur.eq(cur + 1)
+                    m.next = "READ_DATA"
+            with m.State("READ_DATA"):  # a memory word 1 or more cycles later, a register 1
+                with m.If(~is_cmd[p.Command.READ_MEM]):
+                    m.d.sync += txw.eq(self.csr_r_data)
+                    m.next = "TX_BODY"
+                with m.Elif(self.mem_r_valid):
+                    m.d.sync += txw.eq(self.mem_r_data)
+                    m.next = "TX_BODY"
             with m.State("TX_BODY"):
-                out = Signal(8)
-                m.d.comb += [rp.addr.eq(tx_word), out.eq(rp.data.word_select(tx_byte, 8))]
-                with m.If((cmd == p.Command.ID) & (tx_word < 3)):
-                    consts = Cat(Const(p.PROTOCOL_VERSION, 32), Const(self.max_payload, 32),
-                                 Const(self.mem_words, 32))
-                    m.d.comb += out.eq(consts.word_select(Cat(tx_byte, tx_word[:2]), 8))
-                m.d.comb += [tx.i.valid.eq(1), tx.i.payload.eq(out), crc_tx.data.eq(out)]
+                m.d.comb += [out.eq(body), sending.eq(1)]
                 with m.If(tx.i.ready):
-                    m.d.comb += crc_tx.valid.eq(1)
-                    m.d.sync += tx_byte.eq(tx_byte + 1)
-                    with m.If(tx_byte == 3):
-                        m.d.sync += tx_word.eq(tx_word + 1)
-                        with m.If(tx_word == resp_words - 1):
+                    m.d.comb += crc_.valid.eq(1)
+                    m.d.sync += pos.eq(pos + 1)
+                    with m.If(pos[:2] == 3):
+                        m.d.sync += left.eq(left - 1)
+                        with m.If(left == 1):
                             m.next = "TX_CRC"
-            with m.State("TX_CRC"):
-                out = Mux(crc_idx, crc_tx.crc[:8], crc_tx.crc[8:])
-                m.d.comb += [tx.i.valid.eq(1), tx.i.payload.eq(out)]
+                        with m.Else():
+                            m.next = "FETCH"
+            with m.State("TX_CRC"):  # the first CRC byte is at a multiple of 4
+                m.d.comb += [out.eq(Mux(pos[0], crc_.crc[:8], crc_.crc[8:])), sending.eq(1)]
                 with m.If(tx.i.ready):
-                    m.d.sync += crc_idx.eq(1)
-                    with m.If(crc_idx):
+                    m.d.sync += pos.eq(pos + 1)
+                    with m.If(pos[0]):
                         m.next = "IDLE"
 
         m.d.comb += self.active.eq(~fsm.ongoing("IDLE"))
         return m
+
+
+def _at_most(value: Value, bound: int) -> Value:
+    """``value <= bound`` (unsigned) for a constant ``bound``, as plain logic: yosys maps an
+    ordered comparison to a carry chain, a logic cell per bit, where this folds into a few
+    LUTs."""
+    if bound < 0:
+        return Const(0)
+    result: Value = Const(1)  # the bits below i are at most bound's
+    for i in range(len(value)):
+        result = (~value[i] | result) if (bound >> i) & 1 else (~value[i] & result)
+    return result | Const(int(bound >> len(value) != 0))

@@ -82,10 +82,11 @@ class UartRx(wiring.Component):
         meta, line = Signal(init=1), Signal(init=1)  # two-flop synchroniser
         m.d.sync += [meta.eq(self.line), line.eq(meta)]
         timer = Signal(range(d))
-        bit = Signal(range(8))
-        shreg = Signal(8)
+        # data bits enter at the top; a 1 loaded above them marks how far they have come:
+        # when it reaches bit 0, bits 1-8 hold the byte and the next sample is the stop bit
+        shreg = Signal(9)
         m.d.sync += [self.o.valid.eq(0), self.error.eq(0)]
-        m.d.comb += self.o.payload.eq(shreg)
+        m.d.comb += self.o.payload.eq(shreg[1:])
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(~line):
@@ -97,19 +98,13 @@ class UartRx(wiring.Component):
                 with m.Elif(line):
                     m.next = "IDLE"  # a glitch shorter than half a bit
                 with m.Else():
-                    m.d.sync += [timer.eq(d - 1), bit.eq(0)]
+                    m.d.sync += [timer.eq(d - 1), shreg.eq(1 << 8)]
                     m.next = "DATA"
-            with m.State("DATA"):
+            with m.State("DATA"):  # 8 data bits, then the stop bit
                 with m.If(timer != 0):
                     m.d.sync += timer.eq(timer - 1)
-                with m.Else():
-                    m.d.sync += [shreg.eq(Cat(shreg[1:], line)), timer.eq(d - 1),
-                                 bit.eq(bit + 1)]
-                    with m.If(bit == 7):
-                        m.next = "STOP"
-            with m.State("STOP"):
-                with m.If(timer != 0):
-                    m.d.sync += timer.eq(timer - 1)
+                with m.Elif(~shreg[0]):
+                    m.d.sync += [shreg.eq(Cat(shreg[1:], line)), timer.eq(d - 1)]
                 with m.Elif(line):
                     m.d.sync += self.o.valid.eq(1)
                     m.next = "IDLE"
