@@ -269,11 +269,16 @@ class Compute(wiring.Component):
         alu = m.submodules.alu = TensorAlu(cfg)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         lanes = cfg.batch * cfg.block_out
+        # The ALU works from t+2 >= s+3, while the unit is busy and takes nothing, when the
+        # candidate instruction is the unit's register: read the operation and the immediate
+        # from the register itself, so no path runs from the command queue's memory (the
+        # candidate's multiplexer input at a take) through the ALU (timing, not behaviour).
+        a_run = data.View(lays.alu, ctl.insn)
         imm = Signal(cfg.acc_width_bits)
-        m.d.comb += imm.eq(a_.imm)  # sign-extended
+        m.d.comb += imm.eq(a_run.imm)  # sign-extended
         imm_vec = Cat(*[imm for _ in range(lanes)])
         m.d.comb += [
-            alu.op.eq(Mux(is_alu, a_.alu_opcode, AluOp.ADD)),
+            alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),
             alu.a.eq(fwd),
             alu.b.eq(Mux(tensor, src_v, Mux(is_alu, imm_vec, gemm.sums))),
         ]
