@@ -1,11 +1,14 @@
 """VTA's instruction tests (test_vta_insn.py) reproduced through the public driver API on the
-sim device, timed and functional, and on the RTL (``rtl``, checked against the simulator run by
-run): seeded random data, exact equality with numpy."""
+sim device, timed and functional, on the RTL (``rtl``, checked against the simulator run by
+run) and on a simulated board (``fpga``: the ``fpga`` device over a serial line to the board
+SoC under Verilator, :mod:`vtakit.boards.soc_sim`, checked against the simulator run by run):
+seeded random data, exact equality with numpy."""
 
 import numpy as np
 import pytest
 
 from vtakit.driver import Session, SimDevice, Stage
+from vtakit.driver.device import Device, DeviceInfo, HostMemoryDevice, RunResult
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import preset
 
@@ -29,10 +32,109 @@ def rtl_device():
     dev.close()
 
 
-@pytest.fixture(params=["timed", "functional", pytest.param("rtl", marks=pytest.mark.rtl)])
+#: The simulated board's memory: room for runtime_array at full size (2 x 160 KB), although
+#: through the serial line it runs at a tenth of that (see there)
+FPGA_MEM_BYTES = 512 << 10
+
+
+class SimChecked(Device):
+    """``dev`` with a ``sim`` device of the same memory size beside it: allocations and writes
+    go to both, every run must take the same number of cycles on both, and every read must
+    return the same bytes (``AssertionError`` saying where they differ). ``wait`` returns
+    ``dev``'s cycles with the simulator's statistics (MACs, per-unit busy cycles).
+
+    Parameters
+    ----------
+    dev : HostMemoryDevice
+        The device under test (``dram`` gives its memory size).
+
+    Attributes
+    ----------
+    runs : list[tuple[int, int]]
+        (sim cycles, ``dev`` cycles) of every run.
+    """
+
+    keeps_sram = True
+
+    def __init__(self, dev: HostMemoryDevice):
+        super().__init__(dev.cfg)
+        self.dev = dev
+        self.sim = SimDevice(dev.cfg, dram_bytes=dev.dram.size)
+        self.runs: list[tuple[int, int]] = []
+
+    def allocate(self, nbytes: int, align: int) -> int:
+        addr = self.dev.allocate(nbytes, align)
+        assert self.sim.allocate(nbytes, align) == addr
+        return addr
+
+    def free(self, addr: int) -> None:
+        self.dev.free(addr)
+        self.sim.free(addr)
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        self.dev.write(addr, data)
+        self.sim.write(addr, data)
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        got, want = self.dev.read(addr, nbytes), self.sim.read(addr, nbytes)
+        diff = np.flatnonzero(got != want)
+        assert diff.size == 0, (
+            f"{type(self.dev).__name__} and sim differ in {diff.size} of the {nbytes} bytes "
+            f"read at {addr:#x}; the first at {addr + int(diff[0]):#x}: {got[diff[0]]:#04x}, "
+            f"sim {want[diff[0]]:#04x}")
+        return got
+
+    def run(self, insn_addr: int, insn_count: int) -> None:
+        self.dev.run(insn_addr, insn_count)
+        self.sim.run(insn_addr, insn_count)
+
+    def wait(self, timeout_s: float) -> RunResult:
+        got, want = self.dev.wait(timeout_s), self.sim.wait(timeout_s)
+        self.runs.append((want.cycles, got.cycles))
+        assert got.cycles == want.cycles, (f"{type(self.dev).__name__} took {got.cycles} "
+                                           f"cycles, sim {want.cycles}")
+        return RunResult(cycles=got.cycles, stats=want.stats)
+
+    def identify(self) -> DeviceInfo:
+        return self.dev.identify()
+
+    def close(self) -> None:
+        self.dev.close()
+
+
+@pytest.fixture(scope="module")
+def fpga_port():
+    """The serial port of a simulated board: the board SoC (core, memory, UART bridge) under
+    Verilator, its line modelled by cocotbext-uart and served on a TCP socket, opened with
+    pyserial once per module (each test's device leaves it open: closing a socket port costs
+    pyserial 0.3 s)."""
+    from vtakit.boards.soc_sim import SocSimulation, build_soc_sim, missing_soc_tools
+
+    why = missing_soc_tools()
+    if why:
+        pytest.skip(f"needs the SoC simulator: {why}")
+    import serial
+
+    with SocSimulation(build_soc_sim(CFG, mem_bytes=FPGA_MEM_BYTES)) as board:
+        port = serial.serial_for_url(board.url, timeout=1.0)
+        yield port
+        port.close()
+
+
+@pytest.fixture(params=["timed", "functional", pytest.param("rtl", marks=pytest.mark.rtl),
+                        pytest.param("fpga", marks=[pytest.mark.rtl, pytest.mark.slow])])
 def session(request):
     if request.param == "rtl":
         return Session(request.getfixturevalue("rtl_device"))
+    if request.param == "fpga":
+        from vtakit.driver.devices.fpga import FpgaDevice
+
+        # a fresh device per test (its own memory allocator and shadow) on the same board;
+        # the timeouts allow for the simulation's speed (about 2 KB/s on the line)
+        port = request.getfixturevalue("fpga_port")
+        dev = SimChecked(FpgaDevice(CFG, port, timeout_s=60.0, poll_interval_s=0.01))
+        request.addfinalizer(dev.close)
+        return Session(dev)
     return Session(SimDevice(CFG, dram_bytes=16 << 20, timing=request.param == "timed"))
 
 
@@ -220,14 +322,18 @@ def test_shift_and_scale(session, rng):
     np.testing.assert_array_equal(yd.numpy(), ((a + add) >> shr).astype(np.int8))
 
 
-def test_runtime_array(session, rng):
+def test_runtime_array(session, rng, request):
     s = session
-    x = rng.randint(-128, 128, size=(100, 100, B, BO)).astype(np.int8)
+    # through the simulated board's serial line (about 2 KB/s in simulation) the full array,
+    # 160 KB each way, would take over two minutes: there the same program moves a tenth of it
+    # (two chunks instead of five)
+    cols, chunk = (10, 500) if request.node.callspec.params["session"] == "fpga" else (100, 2000)
+    x = rng.randint(-128, 128, size=(100, cols, B, BO)).astype(np.int8)
     xd = s.array(x)
     np.testing.assert_array_equal(xd.numpy(), x)
     # and through the accelerator: ACC_8BIT loads sign-extend, stores truncate back
     yd = s.alloc(x.shape, np.int8)
-    rows, chunk = 100 * 100, 2000
+    rows = 100 * cols
     for k in range(0, rows, chunk):
         s.load_2d(xd, k, x_size=chunk, y_size=1, x_stride=chunk, sram_base=0,
                   memory_type=M.ACC_8BIT)
