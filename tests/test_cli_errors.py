@@ -145,4 +145,4 @@ def test_device_option_names_the_forms_it_takes(tmp_path):
 
     r = CliRunner().invoke(main, ["compare", __file__, "--device", "board"])
     assert r.exit_code == 2
-    assert "'board'; expected 'sim', 'rtl' or 'fpga:PORT[@BAUD]'" in r.output
+    assert "'board'; expected 'sim', 'rtl', 'fpga:PORT[@BAUD]' or 'pynq[:BITFILE]'" in r.output

@@ -171,8 +171,8 @@ class TestBadInput:
             compare(digits.model_path(), data=(x, y))
 
     def test_arguments(self):
-        with pytest.raises(ValueError, match=r"device='fpga'; expected 'sim', 'rtl' or "
-                                             r"'fpga:PORT\[@BAUD\]'"):
+        with pytest.raises(ValueError, match=r"device='fpga'; expected 'sim', 'rtl', "
+                                             r"'fpga:PORT\[@BAUD\]' or 'pynq\[:BITFILE\]'"):
             compare(digits.model_path(), device="fpga")
         with pytest.raises(ValueError, match=r"samples=0; expected an int >= 1"):
             compare(digits.model_path(), samples=0)

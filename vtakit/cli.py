@@ -64,15 +64,17 @@ CONFIG = _ConfigType()
 
 
 class _DeviceType(click.ParamType):
-    """``sim``, ``rtl`` or ``fpga:PORT[@BAUD]`` (a board behind its UART bridge)."""
+    """``sim``, ``rtl``, ``fpga:PORT[@BAUD]`` (a board behind its UART bridge) or
+    ``pynq[:BITFILE]`` (on a Zynq board, through the ``pynq`` package)."""
 
-    name = "sim|rtl|fpga:PORT"
+    name = "sim|rtl|fpga:PORT|pynq"
 
     def convert(self, value, param, ctx):
-        if value in ("sim", "rtl") or (isinstance(value, str) and value.startswith("fpga:")
-                                       and len(value) > len("fpga:")):
+        if value in ("sim", "rtl", "pynq") or (
+                isinstance(value, str) and value.startswith(("fpga:", "pynq:"))
+                and len(value) > len("fpga:")):
             return value
-        self.fail(f"{value!r}; expected 'sim', 'rtl' or 'fpga:PORT[@BAUD]' "
+        self.fail(f"{value!r}; expected 'sim', 'rtl', 'fpga:PORT[@BAUD]' or 'pynq[:BITFILE]' "
                   f"(e.g. fpga:/dev/ttyUSB1)", param, ctx)
 
 
@@ -409,7 +411,8 @@ def _echo_files(report: Any) -> None:
               help="The accelerator's hardware configuration: a preset name or a JSON file.")
 @click.option("--device", type=DEVICE, default="sim", show_default=True,
               help="sim: the cycle-accurate simulator; rtl: the core's Verilog (Verilator); "
-                   "fpga:PORT[@BAUD]: a board behind its UART bridge.")
+                   "fpga:PORT[@BAUD]: a board behind its UART bridge; pynq[:BITFILE]: on a "
+                   "Zynq board (the pynq package).")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="A .npz with x (inputs, N samples) and optionally y (labels). "
                                  "Default: the digits model's test split, else random inputs.")
@@ -705,8 +708,9 @@ def quantize_cmd(model: Path, calib: Path, output: Path, quant_mode: str, observ
 @click.option("--threads", type=click.IntRange(min=1), default=None)
 @click.option("--device", type=DEVICE, default=None,
               help="Where an accelerator artifact (--target vta) runs its layers: sim (the "
-                   "cycle-accurate simulator, default), rtl (the core's Verilog) or "
-                   "fpga:PORT[@BAUD] (a board behind its UART bridge).")
+                   "cycle-accurate simulator, default), rtl (the core's Verilog), "
+                   "fpga:PORT[@BAUD] (a board behind its UART bridge) or pynq[:BITFILE] (on a "
+                   "Zynq board).")
 @click.option("--profile", is_flag=True, help="Print the time of every node.")
 def run_cmd(artifact: Path, inputs: tuple[str, ...], output: Path | None, threads: int | None,
             device: str | None, profile: bool) -> None:

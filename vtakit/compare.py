@@ -450,10 +450,10 @@ def compare(model: str | os.PathLike | onnx.ModelProto, *, config: str = "defaul
         the model), each saying what was received and what was expected.
     """
     say = log or (lambda s: None)
-    if device not in ("sim", "rtl") and not (isinstance(device, str)
-                                             and device.startswith("fpga:")):
-        raise ValueError(f"compare: device={device!r}; expected 'sim', 'rtl' or "
-                         f"'fpga:PORT[@BAUD]'")
+    if device not in ("sim", "rtl", "pynq") and not (
+            isinstance(device, str) and device.startswith(("fpga:", "pynq:"))):
+        raise ValueError(f"compare: device={device!r}; expected 'sim', 'rtl', "
+                         f"'fpga:PORT[@BAUD]' or 'pynq[:BITFILE]'")
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
                                 or samples < 1):
         raise ValueError(f"compare: samples={samples!r}; expected an int >= 1 or None")
