@@ -29,18 +29,15 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from vtakit.vta_hw.bridge_protocol import DEFAULT_MAX_PAYLOAD, check_max_payload
 from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.sim.process import SimulatorProcess
 
 __all__ = ["SocSimBuild", "build_soc_sim", "SocSimulation", "missing_soc_tools", "CLK_HZ",
            "TOPLEVEL"]
@@ -246,7 +243,7 @@ def build_soc_sim(cfg: HwConfig, *, mem_bytes: int = 1 << 19, cycles_per_bit: in
     return result
 
 
-class SocSimulation:
+class SocSimulation(SimulatorProcess):
     """A running SoC simulator: a board on ``socket://127.0.0.1:PORT``.
 
     Parameters
@@ -262,16 +259,14 @@ class SocSimulation:
         the next one may follow when the previous one is closed.
     """
 
+    what = "the SoC simulator"
+
     def __init__(self, build: SocSimBuild, *, start_timeout_s: float = 60.0):
         from vtakit.vta_hw.sim.process import _cocotb_env
 
         self.build = build
         self.workdir = Path(tempfile.mkdtemp(prefix="vtakit-soc-"))
         sock_path = str(self.workdir / "control")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(sock_path)
-        listener.listen(1)
-        listener.settimeout(0.2)
         env = _cocotb_env()
         # as cocotb's runner does for Verilator: writes from Python take effect directly
         # instead of through an extra ReadWrite callback (about 2x faster on the line)
@@ -280,92 +275,21 @@ class SocSimulation:
                    VTAKIT_SOC_CONTROL=sock_path,
                    VTAKIT_SOC_BIT_NS=str(build.cycles_per_bit * 10**9 // CLK_HZ),
                    VTAKIT_SOC_MAX_PAYLOAD=str(build.max_payload))
-        self._out = open(self.workdir / "sim.out", "w+")
-        self.proc = subprocess.Popen([str(build.executable)], cwd=self.workdir, env=env,
-                                     stdout=self._out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + start_timeout_s
-        try:
-            while True:
-                try:
-                    sock, _ = listener.accept()
-                    break
-                except TimeoutError:
-                    if self.proc.poll() is not None or time.monotonic() > deadline:
-                        self.kill()
-                        raise RuntimeError(f"the SoC simulator did not start within "
-                                           f"{start_timeout_s:g} s:\n{self.output()}") from None
-        finally:
-            listener.close()
-        sock.setblocking(True)
-        self.conn = Connection(sock.detach())
+        self._start([str(build.executable)], env, sock_path, start_timeout_s)
         reply = self._expect(start_timeout_s, "ready")
         self.port = int(reply[1])
         self.url = f"socket://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        """The simulator's console output so far (the last 4000 characters)."""
-        self._out.flush()
-        self._out.seek(0)
-        return self._out.read()[-4000:]
-
-    def _expect(self, timeout_s: float, *kinds: str) -> tuple:
-        if not self.conn.poll(timeout_s):
-            self.kill()
-            raise TimeoutError(f"the SoC simulator did not answer within {timeout_s:g} s "
-                               f"(killed it):\n{self.output()}")
-        try:
-            reply = self.conn.recv()
-        except EOFError:
-            raise RuntimeError(f"the SoC simulator exited:\n{self.output()}") from None
-        if reply[0] not in kinds:
-            raise RuntimeError(f"the SoC simulator answered {reply!r}; expected "
-                               f"{' or '.join(kinds)}")
-        return reply
-
-    def _request(self, msg: tuple, *kinds: str, timeout_s: float = 60.0) -> tuple:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the SoC simulator has exited ({self.proc.returncode}):\n"
-                               f"{self.output()}")
-        self.conn.send(msg)
-        return self._expect(timeout_s, *kinds)
 
     def corrupt_requests(self, n: int = 1) -> None:
         """Flip one bit in each of the next ``n`` request frames on the line (the middle byte
         of the payload, or the CRC's last byte without one): the bridge must reject them."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"corrupt_requests: n={n!r}; expected an int >= 0")
-        self._request(("corrupt", n), "ok")
+        self._request(("corrupt", n), 60.0, "ok")
 
     def stats(self) -> dict[str, int]:
         """``cycles`` simulated so far, request ``frames`` and ``bytes_from_host``,
         ``bytes_to_host``, frames ``corrupted``, and the SoC's ``frame_error`` (a request was
         answered with a status other than OK since the last START or RESET) and ``running``
         outputs."""
-        return dict(self._request(("stats",), "stats")[1])
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def close(self) -> None:
-        """Stop the simulator and remove its files (idempotent)."""
-        if self.proc.poll() is None:
-            try:
-                self.conn.send(("quit",))
-                if self.conn.poll(30):
-                    self.conn.recv()
-                self.proc.wait(30)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
-                self.kill()
-        if hasattr(self, "conn"):
-            self.conn.close()
-        self._out.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> SocSimulation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return dict(self._request(("stats",), 60.0, "stats")[1])

@@ -30,8 +30,8 @@ from .tb import ERRORS
 #: itself, within a chunk of cycles) before it kills the simulator.
 TIMEOUT_GRACE_S = 30.0
 
-__all__ = ["RtlSimulation", "RtlRun", "RtlProtocolError", "RtlCycleLimit", "RtlFault",
-           "RtlTimeout"]
+__all__ = ["SimulatorProcess", "RtlSimulation", "RtlRun", "RtlProtocolError", "RtlCycleLimit",
+           "RtlFault", "RtlTimeout"]
 
 
 class RtlProtocolError(RuntimeError):
@@ -87,7 +87,101 @@ class RtlRun:
     wall_s: float
 
 
-class RtlSimulation:
+class SimulatorProcess:
+    """A simulator in a process of its own that answers requests over a socket: the start-up
+    handshake, a request and its answer, the console output and the shutdown, which the core's
+    bench (:class:`RtlSimulation`) and the SoC's (``boards.soc_sim.SocSimulation``) share.
+    A subclass sets ``workdir`` (a temporary folder this object removes) and ``what`` (the
+    simulator's name in messages), then calls :meth:`_start`."""
+
+    what = "the simulator"
+    workdir: Path
+    proc: subprocess.Popen
+    conn: Connection
+
+    def _start(self, cmd: list[str], env: dict[str, str], sock_path: str,
+               start_timeout_s: float) -> None:
+        """Run `cmd` in ``workdir`` with its console output in ``sim.out`` and wait until it
+        connects to the Unix socket `sock_path` (whose path it finds in `env`)."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(sock_path)
+        listener.listen(1)
+        listener.settimeout(0.2)
+        self._out = open(self.workdir / "sim.out", "w+")
+        self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=self._out,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + start_timeout_s
+        try:
+            while True:
+                try:
+                    sock, _ = listener.accept()
+                    break
+                except TimeoutError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        self.kill()
+                        raise RuntimeError(f"{self.what} did not start within "
+                                           f"{start_timeout_s:g} s:\n{self.output()}") from None
+        finally:
+            listener.close()
+        sock.setblocking(True)
+        self.conn = Connection(sock.detach())
+
+    def output(self) -> str:
+        """The simulator's console output so far (the last 4000 characters)."""
+        self._out.flush()
+        self._out.seek(0)
+        return self._out.read()[-4000:]
+
+    def _expect(self, timeout_s: float | None, *kinds: str) -> tuple:
+        if timeout_s is not None and not self.conn.poll(timeout_s):
+            self.kill()
+            raise TimeoutError(f"{self.what} did not answer within {timeout_s:g} s "
+                               f"(killed it):\n{self.output()}")
+        try:
+            reply = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"{self.what} exited:\n{self.output()}") from None
+        if reply[0] not in kinds:
+            raise RuntimeError(f"{self.what} answered {reply!r}; expected "
+                               f"{' or '.join(kinds)}")
+        return reply
+
+    def _request(self, msg: tuple, timeout_s: float | None, *kinds: str) -> tuple:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.what} has exited ({self.proc.returncode}):\n"
+                               f"{self.output()}")
+        self.conn.send(msg)
+        return self._expect(timeout_s, *kinds)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        """Stop the simulator (letting it finish its files, a waveform say) and remove its
+        folder (idempotent)."""
+        if self.proc.poll() is None:
+            try:
+                self.conn.send(("quit",))
+                if self.conn.poll(30):
+                    self.conn.recv()
+                self.proc.wait(30)
+            except (OSError, EOFError, subprocess.TimeoutExpired):
+                self.kill()
+        if hasattr(self, "conn"):
+            self.conn.close()
+        self._out.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> SimulatorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RtlSimulation(SimulatorProcess):
     """A running simulator of one :class:`RtlBuild`.
 
     Parameters
@@ -116,10 +210,6 @@ class RtlSimulation:
         self.load_path = self.workdir / "dram.hex"
         self.log_path = self.workdir / "dram.log"
         sock_path = str(self.workdir / "sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(sock_path)
-        listener.listen(1)
-        listener.settimeout(0.2)
         env = _cocotb_env()
         env["VTAKIT_RTL_SOCKET"] = sock_path
         env["VTAKIT_RTL_DRAM_BYTES"] = str(self.dram_bytes)
@@ -128,49 +218,9 @@ class RtlSimulation:
             waves_path = str(Path(waves).resolve())
         cmd = build.command([f"+DRAM_LOAD={self.load_path}", f"+DRAM_LOG={self.log_path}"],
                             waves_path)
-        self._out = open(self.workdir / "sim.out", "w+")
-        self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=self._out,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + start_timeout_s
-        try:
-            while True:
-                try:
-                    sock, _ = listener.accept()
-                    break
-                except TimeoutError:
-                    if self.proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"the {build.simulator} simulator did not start:\n"
-                                           f"{self.output()}") from None
-        finally:
-            listener.close()
-        sock.setblocking(True)
-        self.conn = Connection(sock.detach())
+        self.what = f"the {build.simulator} simulator"
+        self._start(cmd, env, sock_path, start_timeout_s)
         self._expect(start_timeout_s, "ready")
-
-    def output(self) -> str:
-        """The simulator's console output so far (the last 4000 characters)."""
-        self._out.flush()
-        self._out.seek(0)
-        return self._out.read()[-4000:]
-
-    def _expect(self, timeout_s: float | None, *kinds: str) -> tuple:
-        if timeout_s is not None and not self.conn.poll(timeout_s):
-            self.kill()
-            raise TimeoutError(f"the RTL simulator did not answer within {timeout_s} s "
-                               f"(killed it)")
-        try:
-            reply = self.conn.recv()
-        except EOFError:
-            raise RuntimeError(f"the RTL simulator exited:\n{self.output()}") from None
-        if reply[0] not in kinds:
-            raise RuntimeError(f"the RTL simulator answered {reply!r}")
-        return reply
-
-    def _request(self, msg: tuple, timeout_s: float | None, *kinds: str) -> tuple:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the RTL simulator has exited:\n{self.output()}")
-        self.conn.send(msg)
-        return self._expect(timeout_s, *kinds)
 
     def load(self, dram: np.ndarray, ranges: list[tuple[int, int]]) -> None:
         """Copy the byte ranges ``[lo, hi)`` of the host ``dram`` into the simulated DRAM."""
@@ -241,30 +291,6 @@ class RtlSimulation:
         """(hw_ver, hw_id) as the core reports them."""
         _, ver, ident = self._request(("id",), 60, "id")
         return ver, ident
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def close(self) -> None:
-        """Stop the simulator (letting it finish its waveform file) and remove its files."""
-        if self.proc.poll() is None:
-            try:
-                self.conn.send(("quit",))
-                self.conn.poll(30) and self.conn.recv()
-                self.proc.wait(30)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
-                self.kill()
-        self.conn.close()
-        self._out.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> RtlSimulation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
