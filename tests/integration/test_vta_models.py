@@ -149,23 +149,16 @@ def test_mobilenet_v2_bit_exact():
     _same(ec, ev, _random_inputs(m, 1, 1))
 
 
-@pytest.mark.parametrize("name", ["digits", "lenet"])
-def test_onnxruntime_quantised_qdq_model_bit_exact(name, tmp_path):
-    """A model quantised by onnxruntime (QDQ, int8 per-channel weights, symmetric int8
-    activations, so zero points are 0) imports as the same integer graph; the accelerator
-    equals the CPU-int8 path on it."""
-    import onnx
-
-    ort = pytest.importorskip("onnxruntime.quantization", reason="pip install 'vtakit[dev]'")
-    model = digits.load_model() if name == "digits" else models.lenet()
-    calib = digits.calibration_set()[:16] if name == "digits" else _random_inputs(model, 4, 0)
+def _ort_qdq(ort, model, calib, tmp_path):
+    """`model` quantised by onnxruntime's quantize_static on `calib` (QDQ, int8 per-channel
+    weights, symmetric int8 activations, so zero points are 0)."""
     src, out = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
     onnx.save(model, src)
     input_name = model.graph.input[0].name
 
     class Reader(ort.CalibrationDataReader):
         def __init__(self) -> None:
-            self.samples = iter([{input_name: x[None] if x.ndim == 3 else x} for x in calib])
+            self.samples = iter([{input_name: x} for x in calib])
 
         def get_next(self):
             return next(self.samples, None)
@@ -173,7 +166,19 @@ def test_onnxruntime_quantised_qdq_model_bit_exact(name, tmp_path):
     ort.quantize_static(str(src), str(out), Reader(), quant_format=ort.QuantFormat.QDQ,
                         activation_type=ort.QuantType.QInt8, weight_type=ort.QuantType.QInt8,
                         per_channel=True, extra_options={"ActivationSymmetric": True})
-    qdq = onnx.load(out)
+    return onnx.load(out)
+
+
+@pytest.mark.parametrize("name", ["digits", "lenet"])
+def test_onnxruntime_quantised_qdq_model_bit_exact(name, tmp_path):
+    """A model quantised by onnxruntime (QDQ, int8 per-channel weights, symmetric int8
+    activations, so zero points are 0) imports as the same integer graph; the accelerator
+    equals the CPU-int8 path on it."""
+
+    ort = pytest.importorskip("onnxruntime.quantization", reason="pip install 'vtakit[dev]'")
+    model = digits.load_model() if name == "digits" else models.lenet()
+    calib = digits.calibration_set()[:16] if name == "digits" else _random_inputs(model, 4, 0)
+    qdq = _ort_qdq(ort, model, [x[None] if x.ndim == 3 else x for x in calib], tmp_path)
     cpu = GraphExecutor(lower_model(qdq, target="cpu"))
     plan = lower_model(qdq, target="vta")
     vta = GraphExecutor(plan)
@@ -231,21 +236,7 @@ def test_onnxruntime_quantised_average_pools_run_on_the_accelerator(tmp_path):
     x = b.op("AveragePool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
     x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
     model = b.model("pools", ["N", 3, 12, 10], b.dense(x, 24, 10), ["N", 10], 13)
-    calib = _random_inputs(model, 8, 0)
-    src, out = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
-    onnx.save(model, src)
-
-    class Reader(ort.CalibrationDataReader):
-        def __init__(self) -> None:
-            self.samples = iter([{"input": c} for c in calib])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    ort.quantize_static(str(src), str(out), Reader(), quant_format=ort.QuantFormat.QDQ,
-                        activation_type=ort.QuantType.QInt8, weight_type=ort.QuantType.QInt8,
-                        per_channel=True, extra_options={"ActivationSymmetric": True})
-    qdq = onnx.load(out)
+    qdq = _ort_qdq(ort, model, _random_inputs(model, 8, 0), tmp_path)
     plan = lower_model(qdq, target="vta")
     (region,) = plan.sections["vta"].meta["regions"]
     assert [lm["kind"] for lm in region["layers"]] == [
