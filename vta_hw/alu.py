@@ -41,11 +41,16 @@ def alu_lane(m: Module, op, a, b, name: str = "alu"):
     right = Signal(name=f"{name}_right")
     m.d.comb += right.eq(is_shr & ~neg)
     sign = a[31].replicate(32)
+    # 2**amt (0 for big_left) as the product of two one-hot halves, of amt's low two bits and
+    # its high three: each bit of the multiplier's operand is one LUT, (lo & hi) or b
+    lo = Signal(4, name=f"{name}_pow2_lo")
+    hi = Signal(8, name=f"{name}_pow2_hi")
+    m.d.comb += [lo.eq(Const(1, 4) << amt[:2]), hi.eq(Mux(big_left, 0, Const(1, 8) << amt[2:]))]
     ma = Signal(32, name=f"{name}_ma")
     mb = Signal(32, name=f"{name}_mb")
     m.d.comb += [
         ma.eq(Mux(right, Cat(*reversed(list((a ^ sign)[:32]))), a)),
-        mb.eq(Mux(is_shr, Mux(big_left, 0, Const(1, 32) << amt), b)),
+        mb.eq(Mux(is_shr, Cat(*[lo[k % 4] & hi[k // 4] for k in range(32)]), b)),
     ]
     prod = Signal(32, name=f"{name}_prod")
     m.d.comb += prod.eq((ma * mb)[:32])

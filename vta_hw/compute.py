@@ -7,14 +7,14 @@ issue plus 5 (6 for a tensor ALU, whose first issue also is at ``s + 1``), which
 
 * ``t - 1``: read the micro-op; ``t``: form the ACC/INP/WGT indices, read INP and WGT;
 * GEMM / ALU immediate: ``t+1`` read ``ACC[dst]`` (GEMM products registered); ``t+2`` adder
-  tree and accumulate, or ALU; ``t+3`` write ACC and OUT;
-* tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; ``t+3`` ALU; ``t+4`` write.
+  tree and accumulate, or ALU, and write ACC and OUT with the result;
+* tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; ``t+3`` ALU and write.
 
 The lanes' ALUs do the accumulation too (ADD), so there is one adder per lane. Back-to-back
 updates of one ACC row are forwarded: the word read from the ACC block RAM is patched with the
-write of the previous cycle (which the registered read missed) and of the current one, in the
-cycle it is used. So each iteration sees every earlier iteration's result, as the loop
-semantics say.
+write of the previous cycle (which the registered read missed), in the cycle it is used; the
+write of that cycle is the iteration's own. So each iteration sees every earlier iteration's
+result, as the loop semantics say.
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ __all__ = ["Compute", "COMPUTE_TARGETS"]
 COMPUTE_TARGETS = tuple(t for t in MemType
                         if t not in LOAD_UNIT_MEMORY_TYPES and t != MemType.OUT)
 
-# Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 3 (t + 4
+# Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 2 (t + 3
 # for a tensor ALU), so the finish of docs/timing.md (s + n + 5, s + 2n + 5 with the last of
 # the tensor ALU's issues, two cycles apart, at s + 2n - 1) leaves the write in the past.
 _DRAIN_GEMM = GEMM_PIPELINE_CYCLES
 _DRAIN_ALU_IMM = ALU_PIPELINE_CYCLES
 _DRAIN_ALU_TENSOR = ALU_PIPELINE_CYCLES + 1
-assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 4 and _DRAIN_ALU_TENSOR >= 5, \
+assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 3 and _DRAIN_ALU_TENSOR >= 4, \
     "the finish would come before the ACC write of the last iteration"
 # FINISH and empty loops finish the cycle after their start (the "short" register below).
 assert NOP_CYCLES == 1, "Compute finishes a FINISH or an empty loop at s + 1"
@@ -89,6 +89,11 @@ class Compute(wiring.Component):
         ru = lanes_of(cfg, MemType.UOP)
         ra = max(lanes_of(cfg, MemType.ACC), lanes_of(cfg, MemType.ACC_8BIT))
         self.acc_lanes = ra
+        # ACC write lanes 1.. carry only ACC_8BIT's sign-extended int8s when an ACC element
+        # (one int32) takes one lane: the buffer rotates just the low bytes and extends them
+        # (BankedMemory's w_sext_bits; acc_w_sext says that lane 0 is one of them)
+        self.acc_w_sext_bits = (8 if ra > 1 and lanes_of(cfg, MemType.ACC) == 1
+                                and cfg.elem_bytes(MemType.ACC_8BIT) == 1 else 0)
         arr = data.ArrayLayout
         super().__init__({
             "cmd": command_member(cfg),
@@ -100,7 +105,7 @@ class Compute(wiring.Component):
             "uop_r_addr": Out(IDX_BITS), "uop_r_data": In(arr(32, 1)),
             "inp_r_addr": Out(IDX_BITS), "inp_r_data": In(arr(cfg.inp_elem_bits, 1)),
             "wgt_r_addr": Out(IDX_BITS), "wgt_r_data": In(arr(cfg.wgt_elem_bits, 1)),
-            "acc_w_en": Out(arr(1, ra)), "acc_w_addr": Out(IDX_BITS),
+            "acc_w_en": Out(arr(1, ra)), "acc_w_sext": Out(1), "acc_w_addr": Out(IDX_BITS),
             "acc_w_data": Out(arr(cfg.acc_elem_bits, ra)),
             "acc_r_addr": Out(IDX_BITS), "acc_r_data": In(arr(cfg.acc_elem_bits, 1)),
             "out_w_en": Out(arr(1, 1)), "out_w_addr": Out(IDX_BITS),
@@ -151,10 +156,16 @@ class Compute(wiring.Component):
                 aw8 = cfg.acc_width_bits
                 ext = Cat(*[Cat(d8[8 * v:8 * v + 8], d8[8 * v + 7].replicate(aw8 - 8))
                             for v in range(n_lanes8)])
-                dat, en = Mux(acc8, ext, dat), en | d_acc8.en[lane]
+                if lane == 0 and self.acc_w_sext_bits:  # the buffer extends the int8
+                    dat = Cat(Mux(acc8, ext[:8], dat[:8]), dat[8:])
+                else:
+                    dat = Mux(acc8, ext, dat)
+                en = en | d_acc8.en[lane]
             if lane == 0:
                 dat, en = Mux(wr_en, wr_v, dat), en | wr_en
             m.d.comb += [self.acc_w_en[lane].eq(en), self.acc_w_data[lane].eq(dat)]
+        # (acc8 views the running instruction: high for a GEMM whose bits there say ACC_8BIT)
+        m.d.comb += self.acc_w_sext.eq(acc8 & ~wr_en)
 
         # ---- GEMM / ALU loop --------------------------------------------------------------
         # g, a_ view the instruction: the one starting at ctl.start, then (while it runs) the
@@ -170,8 +181,10 @@ class Compute(wiring.Component):
         active = Signal()
         tog = Signal()
         u = Signal(len(g.uop_end))
-        i = Signal(len(g.iter_out))
-        j = Signal(len(g.iter_in))
+        # outer and inner iterations left, the current one included: counting down, the last
+        # one is a comparison with a constant and the decrement feeds only the register
+        i_left = Signal(len(g.iter_out))
+        j_left = Signal(len(g.iter_in))
         src_w = max(lay_a, lay_i)
         # index offsets: base_* = i * factor_out, off_* = base_* + j * factor_in
         off_d, base_d = Signal(lay_a), Signal(lay_a)
@@ -182,20 +195,20 @@ class Compute(wiring.Component):
         issue = active & (~tensor | ~tog)
         with m.If(active):
             m.d.sync += tog.eq(~tog)
-        u1, j1, i1 = Signal(len(u) + 1), Signal(len(j) + 1), Signal(len(i) + 1)
-        m.d.comb += [u1.eq(u + 1), j1.eq(j + 1), i1.eq(i + 1)]
+        u1 = Signal(len(u) + 1)
+        m.d.comb += u1.eq(u + 1)
         next_j = issue & (u1 == g.uop_end)
-        next_i = next_j & (j1 == g.iter_in)
+        next_i = next_j & (j_left == 1)
         u_d = Signal.like(u)  # u in the next cycle
         m.d.comb += u_d.eq(u)
         m.d.sync += u.eq(u_d)
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, g.uop_bgn, u1))
         with m.If(next_j):
-            m.d.sync += j.eq(Mux(next_i, 0, j1))
+            m.d.sync += j_left.eq(Mux(next_i, g.iter_in, j_left - 1))
         with m.If(next_i):
-            m.d.sync += i.eq(i1)
-            with m.If(i1 == g.iter_out):
+            m.d.sync += i_left.eq(i_left - 1)
+            with m.If(i_left == 1):
                 drain_issue = (_DRAIN_GEMM if _DRAIN_GEMM == _DRAIN_ALU_IMM
                                else Mux(is_alu, _DRAIN_ALU_IMM, _DRAIN_GEMM))
                 m.d.sync += [active.eq(0), drain.eq(Mux(tensor, _DRAIN_ALU_TENSOR, drain_issue))]
@@ -218,7 +231,7 @@ class Compute(wiring.Component):
         m.d.sync += short.eq(short_d)
         with m.If(ctl.start & is_loop & ~n_zero):
             m.d.comb += u_d.eq(g.uop_bgn)
-            m.d.sync += [active.eq(1), tog.eq(0), i.eq(0), j.eq(0),
+            m.d.sync += [active.eq(1), tog.eq(0), i_left.eq(g.iter_out), j_left.eq(g.iter_in),
                          off_d.eq(0), off_s.eq(0), off_w.eq(0), base_d.eq(0),
                          base_s.eq(0), base_w.eq(0), is_alu.eq(op == Opcode.ALU),
                          tensor.eq((op == Opcode.ALU) & ~a_.use_imm), reset.eq(g.reset)]
@@ -246,20 +259,19 @@ class Compute(wiring.Component):
         rd_a = Signal(lay_a)
         m.d.comb += rd_a.eq(Mux(t2, q2_a, Mux(tensor, p1_s, p1_a)))
         m.d.comb += self.acc_r_addr.eq(rd_a)
-        rd_a_q = Signal(lay_a)
-        m.d.sync += rd_a_q.eq(rd_a)
-        # The ACC word read in the previous cycle, patched with the writes of the previous
-        # cycle (which the registered read missed) and of this one: the ALU's first operand
-        # (t+2: GEMM, ALU immediate; t+3: tensor ALU).
-        lw_en = Signal()
-        lw_a = Signal(lay_a)
+        # The ACC word read in the previous cycle, patched with the write of the previous
+        # cycle (which the registered read missed): the ALU's first operand (t+2: GEMM, ALU
+        # immediate; t+3: tensor ALU). The ALU's result is written in the cycle it is
+        # computed, so the write in the cycle the word is used is its own iteration's: one
+        # patch. Whether the read hits is decided in the cycle of the read and the write, so
+        # no address is kept for the next.
+        lw_hit = Signal()
         lw_v = Signal(cfg.acc_elem_bits)
-        m.d.sync += [lw_en.eq(wr_en), lw_a.eq(wr_a), lw_v.eq(wr_v)]
+        m.d.sync += [lw_hit.eq(wr_en & (wr_a == rd_a)), lw_v.eq(wr_v)]
         fwd = Signal(cfg.acc_elem_bits)
-        m.d.comb += fwd.eq(Mux(wr_en & (wr_a == rd_a_q), wr_v,
-                               Mux(lw_en & (lw_a == rd_a_q), lw_v, self.acc_r_data[0])))
+        m.d.comb += fwd.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
         # tensor: the source arrives at t+2 and is held for the ALU at t+3 (writes land at
-        # even offsets from an issue, t+4, t+2, ..., so none is missed)
+        # odd offsets from an issue, t+3, t+1, ..., so none is missed)
         src_v = Signal(cfg.acc_elem_bits)
         with m.If(t2):
             m.d.sync += src_v.eq(fwd)
@@ -282,13 +294,10 @@ class Compute(wiring.Component):
             alu.a.eq(fwd),
             alu.b.eq(Mux(tensor, src_v, Mux(is_alu, imm_vec, gemm.sums))),
         ]
-        # t+3 (t+4 for the tensor ALU): write ACC and OUT
-        res_v = Signal(cfg.acc_elem_bits)
-        res_a = Signal(lay_a)
-        res_en = Signal()
-        m.d.sync += [res_en.eq(p2 | t3), res_v.eq(Mux(reset, 0, alu.out)),
-                     res_a.eq(Mux(tensor, t3_a, q2_a))]
-        m.d.comb += [wr_en.eq(res_en), wr_a.eq(res_a), wr_v.eq(res_v)]
+        # t+2 (t+3 for the tensor ALU): write ACC and OUT with the ALU's result, not a
+        # register of it (one forwarding patch instead of two: about 100 iCE40 logic cells)
+        m.d.comb += [wr_en.eq(p2 | t3), wr_a.eq(Mux(tensor, t3_a, q2_a)),
+                     wr_v.eq(Mux(reset, 0, alu.out))]
         m.d.comb += [self.out_w_en[0].eq(wr_en), self.out_w_addr.eq(wr_a),
                      self.out_w_data[0].eq(Cat(*[wr_v[k * 32:k * 32 + 8]
                                                  for k in range(lanes)]))]

@@ -16,7 +16,7 @@ Both sides of each queue are the typed interfaces of :mod:`vtakit.vta_hw.interfa
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -146,7 +146,8 @@ class TokenCounter(wiring.Component):
         push, pop = self.producer.push, self.consumer.pop
         m.d.comb += [self.count.eq(cnt), self.producer.can_push.eq(cnt < self.depth),
                      self.consumer.avail.eq((cnt != 0) | push)]
-        m.d.sync += cnt.eq(cnt + push - pop)
+        # one adder: a push and a pop in the same cycle cancel
+        m.d.sync += cnt.eq(cnt + Mux(push, Mux(pop, 0, 1), Mux(pop, -1, 0)))
         with m.If(self.clear):
             m.d.sync += cnt.eq(0)
         return m

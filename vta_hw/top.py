@@ -124,8 +124,8 @@ class Core(wiring.Component):
         connect(m, compute.s2g, s2g.consumer)
 
         # on-chip buffers
-        def sram(name, width, depth, banks, w_lanes, r_lanes):
-            mod = BankedMemory(width, depth, banks, w_lanes, r_lanes)
+        def sram(name, width, depth, banks, w_lanes, r_lanes, w_sext_bits=0):
+            mod = BankedMemory(width, depth, banks, w_lanes, r_lanes, w_sext_bits)
             m.submodules[f"{name}_sram"] = mod
             return mod
 
@@ -135,7 +135,7 @@ class Core(wiring.Component):
         uop = sram("uop", 32, cfg.uop_depth, ru, ru, 1)
         inp = sram("inp", cfg.inp_elem_bits, cfg.inp_depth, ri, ri, 1)
         wgt = sram("wgt", cfg.wgt_elem_bits, cfg.wgt_depth, rw, rw, 1)
-        acc = sram("acc", cfg.acc_elem_bits, cfg.acc_depth, ra, ra, 1)
+        acc = sram("acc", cfg.acc_elem_bits, cfg.acc_depth, ra, ra, 1, compute.acc_w_sext_bits)
         out = sram("out", cfg.out_elem_bits, cfg.out_depth, ro, 1, ro)
 
         def wire_w(mem, en, addr, dat):
@@ -151,6 +151,8 @@ class Core(wiring.Component):
         wire_w(wgt, load.wgt_w_en, load.wgt_w_addr, load.wgt_w_data)
         wire_r(wgt, compute.wgt_r_addr, compute.wgt_r_data)
         wire_w(acc, compute.acc_w_en, compute.acc_w_addr, compute.acc_w_data)
+        if compute.acc_w_sext_bits:
+            m.d.comb += acc.w_sext.eq(compute.acc_w_sext)
         wire_r(acc, compute.acc_r_addr, compute.acc_r_data)
         wire_w(out, compute.out_w_en, compute.out_w_addr, compute.out_w_data)
         wire_r(out, store.out_r_addr, store.out_r_data)

@@ -114,6 +114,41 @@ def test_banked_memory_lanes(banks, w_lanes, r_lanes):
     run(mem, bench)
 
 
+def test_banked_memory_sign_extended_lanes():
+    """With ``w_sext_bits``, lanes after 0 (and lane 0 under ``w_sext``) write the sign
+    extension of their low bits, whatever their upper bits hold; lane 0 alone writes all of
+    its bits."""
+    depth, width, narrow = 32, 16, 4
+    mem = BankedMemory(width, depth, banks=4, w_lanes=4, w_sext_bits=narrow)
+    want = [0] * depth
+
+    def sext(v):
+        low = v & ((1 << narrow) - 1)
+        return low - (1 << narrow) if low >> (narrow - 1) else low
+
+    async def bench(ctx):
+        for step, base in enumerate(range(0, depth + 5, 5)):
+            wide = step % 2 == 0  # lane 0 alone, full width; else four narrow values
+            ctx.set(mem.w_addr, base % depth)
+            ctx.set(mem.w_sext, not wide)
+            for lane in range(4):
+                on = lane == 0 or not wide
+                value = (0x9A5 * (step + 1) + 0x3C3 * lane) & 0xFFFF  # junk upper bits
+                ctx.set(mem.w_en[lane], on)
+                ctx.set(mem.w_data[lane], value)
+                if on:
+                    want[(base + lane) % depth] = value if wide else sext(value) & 0xFFFF
+            await ctx.tick()
+        for lane in range(4):
+            ctx.set(mem.w_en[lane], 0)
+        for i in range(depth):
+            ctx.set(mem.r_addr, i)
+            await ctx.tick()
+            assert ctx.get(mem.r_data[0]) == want[i], i
+
+    run(mem, bench)
+
+
 def test_mem_port_priority_and_burst_boundaries():
     cfg = preset("ice40")
     port = MemPort(cfg)
