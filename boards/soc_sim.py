@@ -23,11 +23,9 @@ real time; the line moves 2 to 3 KB a second).
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import importlib.metadata
-import os
 import shutil
 import sys
 import tempfile
@@ -179,7 +177,7 @@ def build_soc_sim(cfg: HwConfig, *, mem_bytes: int = 1 << 19, cycles_per_bit: in
         Print the tools' output.
     """
     from vtakit.boards import bridge, soc, uart
-    from vtakit.vta_hw.sim.build import _verilator_root, cache_root
+    from vtakit.vta_hw.sim.build import _verilator_root, cached_build
     from vtakit.vta_hw.sim.verilog_cache import generator_version
 
     if not isinstance(cfg, HwConfig):
@@ -203,21 +201,10 @@ def build_soc_sim(cfg: HwConfig, *, mem_bytes: int = 1 << 19, cycles_per_bit: in
                    for m in (soc, bridge, uart))]:
         h.update(part.encode() + b"\0")
     name = f"soc-{cfg.hash}-{h.hexdigest()[:16]}"
-    root = cache_root()
-    target = root / name
-    result = SocSimBuild(cfg, target, **params)
-    if (target / "ok").exists():
-        return result
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process builds; the others wait for it
-        if (target / "ok").exists():
-            return result
+
+    def make(tmp: Path) -> None:
         from cocotb_tools.runner import VerilatorControlFile
 
-        tmp = root / f"{name}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         (tmp / f"{TOPLEVEL}.v").write_text(soc_verilog(cfg, **params))
         (tmp / "public.vlt").write_text(_PUBLIC_VLT)
         vroot = _verilator_root()
@@ -237,10 +224,8 @@ def build_soc_sim(cfg: HwConfig, *, mem_bytes: int = 1 << 19, cycles_per_bit: in
                 shutil.rmtree(path)
             elif path.name not in (TOPLEVEL, f"{TOPLEVEL}.v", "build.log"):
                 path.unlink()
-        (tmp / "ok").write_text(cfg.to_json())
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-    return result
+
+    return SocSimBuild(cfg, cached_build(name, cfg.to_json(), make), **params)
 
 
 class SocSimulation(SimulatorProcess):

@@ -12,16 +12,14 @@ core as it does in the core's bench.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from vtakit.vta_hw.config import HwConfig
 
-from .build import VERILATOR_ARGS, _run, _verilator_root, cache_root, missing_tools
+from .build import VERILATOR_ARGS, cached_build, missing_tools, verilate_for_cocotb
 from .verilog_cache import generator_version
 
 __all__ = ["build_axi_top", "axi_sim_env", "AXI_BUILD_VERSION"]
@@ -49,44 +47,15 @@ def build_axi_top(cfg: HwConfig, *, verilog: str | None = None) -> Path:
     key = hashlib.sha256("\0".join([AXI_BUILD_VERSION, vlt, cfg.to_json(), source,
                                     *VERILATOR_ARGS, sys.version]).encode()).hexdigest()[:16]
     name = f"{cfg.hash}-axi-{key}"
-    root = cache_root()
-    target = root / name
-    exe = target / MODULE_NAME
-    if (target / "ok").exists():
-        return exe
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "ok").exists():
-            return exe
-        from cocotb_tools import config
 
-        tmp = root / f"{name}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        if verilog is None:
-            verilog = axi_top_verilog(cfg)
-        (tmp / f"{MODULE_NAME}.v").write_text(verilog)
+    def make(tmp: Path) -> None:
+        (tmp / f"{MODULE_NAME}.v").write_text(axi_top_verilog(cfg) if verilog is None
+                                              else verilog)
         (tmp / "public.vlt").write_text(vlt)
-        vroot = _verilator_root()
-        assert vroot is not None  # missing_tools said so
-        env = dict(os.environ, VERILATOR_ROOT=str(vroot))
-        cmd = [str(vroot / "bin" / "verilator"), "-cc", "--exe", "-Mdir", str(tmp),
-               "--top-module", MODULE_NAME, "--vpi", "--prefix", "Vtop", "-o", MODULE_NAME,
-               "-LDFLAGS",
-               f"-Wl,-rpath,{config.libs_dir} -L{config.libs_dir} -lcocotbvpi_verilator",
-               *VERILATOR_ARGS, "--timescale", "1ns/1ps",
-               str(config.share_dir / "lib" / "verilator" / "verilator.cpp"),
-               str(tmp / "public.vlt"), str(tmp / f"{MODULE_NAME}.v")]
-        _run(cmd, tmp, env, "verilator")
-        _run(["make", "-j", str(os.cpu_count() or 1), "-C", str(tmp), "-f", "Vtop.mk",
-              "CFG_CXXFLAGS_PCH_I=-include"], tmp, env, "building the Verilator model")
-        for junk in tmp.glob("*.o"):
-            junk.unlink()
-        (tmp / "ok").write_text(cfg.to_json())
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-    return exe
+        verilate_for_cocotb(tmp, MODULE_NAME, [tmp / "public.vlt", tmp / f"{MODULE_NAME}.v"],
+                            list(VERILATOR_ARGS))
+
+    return cached_build(name, cfg.to_json(), make) / MODULE_NAME
 
 
 def axi_sim_env(test_module: str, python_path: list[str] | None = None) -> dict[str, str]:

