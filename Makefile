@@ -19,7 +19,7 @@ demo: install
 	$(BIN)/vtakit demo
 
 test: install-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 lint: install-dev
 	$(BIN)/ruff check .
