@@ -17,8 +17,9 @@ name              part              preset clock    oscillator   core's DRAM
 
 Memory sizes: the ECP5-85F has 208 DP16KD (18 kbit, 2 KiB of a 64-bit bus each); the ``ecp5``
 core's buffers take 94 and the SoC's read-data delay line 2, so 96 blocks (192 KiB) serve as
-DRAM and 16 stay free. The UP5K's 30 EBRs go to the core (24) and the delay line (2); its four
-128-kbit SPRAMs (single-ported, which the one-beat-per-cycle memory model allows) are the DRAM.
+DRAM and 16 stay free. The UP5K's 30 EBRs go to the core (24) and the bridge (2); its four
+128-kbit SPRAMs (single-ported, which the one-beat-per-cycle memory model allows) are the DRAM,
+read with the ``ice40`` preset's one-cycle latency (no delay line).
 """
 
 from __future__ import annotations

@@ -427,11 +427,14 @@ PRESETS: dict[str, HwConfig] = {
     # by synth_ice40). A command queue entry is 128 bits (8 EBRs wide), so the queues hold one
     # instruction each, in registers. 1x1x1: one DSP for GEMM, three for the ALU's MUL; LUTs
     # are the scarce resource (docs/hardware.md). 12 MHz: the UP5K boards' oscillator
-    # (iCEBreaker); nextpnr closes timing at about 14 MHz.
+    # (iCEBreaker); nextpnr closes timing at about 15 MHz. The memory model is the UP5K's own
+    # DRAM, its SPRAMs: a read beat one cycle after its grant (no delay line in the SoC), and
+    # bursts of 4 beats, one instruction, so fetch buffers one instruction rather than two
+    # (together about 200 logic cells, what lets the core and the UART bridge fit the part).
     "ice40": HwConfig(log_block_in=0, log_block_out=0, log_uop_buff_size=11,
                       log_inp_buff_size=11, log_wgt_buff_size=11, log_acc_buff_size=12,
-                      log_bus_width=5, clock_mhz=12, mem_read_latency_cycles=8,
-                      mem_max_burst_beats=8, cmd_queue_depth=1, dep_queue_depth=16),
+                      log_bus_width=5, clock_mhz=12, mem_read_latency_cycles=1,
+                      mem_max_burst_beats=4, cmd_queue_depth=1, dep_queue_depth=16),
     # A big core for large FPGAs (UltraScale+ class): 1x32x32 on a 128-bit bus.
     "large": HwConfig(log_block_in=5, log_block_out=5, log_uop_buff_size=15,
                       log_inp_buff_size=16, log_wgt_buff_size=20, log_acc_buff_size=18,

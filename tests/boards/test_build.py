@@ -297,10 +297,6 @@ def test_cli_build_passes_its_options(tmp_path, monkeypatch):
 
 @pytest.mark.fpga
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the ice40 core (4,581 cells), the SoC (about 130) and "
-                   "the UART bridge (about 620) pack to 5,296 of the UP5K's 5,280 cells (16 "
-                   "over, and placement needs a margin): the core or the bridge must shrink "
-                   "further (docs/boards.md, Measured)")
 def test_icebreaker_bitstream_fits_and_meets_timing(tmp_path):
     """The real flow: the ice40 core with the UART bridge and 128 KiB of SPRAM fits the UP5K
     and closes timing at 12 MHz."""

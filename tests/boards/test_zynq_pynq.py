@@ -206,7 +206,7 @@ def test_without_flush_the_core_would_see_stale_memory(monkeypatch):
 def test_configuration_mismatch_is_refused_at_open():
     fake = FakePynq(hw_id=preset("ice40").hash_u32)
     with pytest.raises(ValueError, match=re.escape(
-            "the core at vta_zynq.bit was built for configuration 9453d863 (preset 'ice40'), "
+            "the core at vta_zynq.bit was built for configuration e28c9a54 (preset 'ice40'), "
             "ISA 0.0.2; the driver was given configuration 1effca8f (preset 'ecp5', "
             "1x8x8_i8w8a32_14_14_16_16), ISA 0.0.2: load a bitstream exported for "
             "configuration 1effca8f")):
