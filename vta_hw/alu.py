@@ -15,11 +15,24 @@ from amaranth.lib.wiring import In, Out
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import ALU_OPCODE_BITS, AluOp
 
-__all__ = ["TensorAlu", "alu_lane"]
+__all__ = ["TensorAlu", "alu_lane", "compact_datapath"]
 
 
-def alu_lane(m: Module, op, a, b, name: str = "alu"):
-    """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``."""
+def compact_datapath(cfg: HwConfig) -> bool:
+    """Whether ``cfg``'s compute datapath is the compact one: a core of one ACC lane (the
+    ``ice40`` preset, where logic cells run out and the clock is the oscillator's) shifts
+    through the multiplier and writes the ALU's result in the cycle it is computed. Wider
+    cores have a barrel shifter beside the multiplier and register the ALU's operands and
+    result (:mod:`~vtakit.vta_hw.compute`), for their clock. The cycle counts are the same."""
+    return cfg.batch * cfg.block_out == 1
+
+
+def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True):
+    """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
+
+    ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
+    preset's one lane); otherwise a barrel shifter of their own beside it (the multiplier's
+    path then has no bit reversal before and after it: a faster clock on wider cores)."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -33,6 +46,8 @@ def alu_lane(m: Module, op, a, b, name: str = "alu"):
     # and a logical right shift is a left shift of the bit-reversed operand, reversed back;
     # an arithmetic one XORs the sign in and out (a >> n = ((a ^ s) >>> n) ^ s).
     neg = b[31]
+    if not shift_by_multiplier:
+        return _lane_with_shifter(m, op, a, b, total, lt, name)
     amt = Signal(5, name=f"{name}_amt")
     # -b for b < 0 (its low five bits), min(b, 31) for b >= 0
     m.d.comb += amt.eq(Mux(neg, (~b[:5]) + 1, Mux(b[5:31].any(), 31, b[:5])))
@@ -64,18 +79,49 @@ def alu_lane(m: Module, op, a, b, name: str = "alu"):
     return r
 
 
+def _lane_with_shifter(m: Module, op, a, b, total, lt, name: str):
+    """:func:`alu_lane` with a barrel shifter: ``a >> min(b, 31)`` (arithmetic) for
+    ``b >= 0``, ``a << -b`` (0 from 32 on) for ``b < 0``; the multiplier does MUL only."""
+    r = Signal(signed(32), name=name)
+    neg = b[31]
+    # -b >= 32 (or b = -2**31): every bit shifted out
+    big_left = neg & (~b[5:31].all() | (b[:5] == 0))
+    right_amt = Signal(5, name=f"{name}_ramt")
+    m.d.comb += right_amt.eq(Mux(b[5:31].any(), 31, b[:5]))
+    left_amt = Signal(5, name=f"{name}_lamt")
+    m.d.comb += left_amt.eq((~b[:5]) + 1)
+    sh = Signal(signed(32), name=f"{name}_sh")
+    m.d.comb += sh.eq(Mux(neg, Mux(big_left, 0, (a << left_amt)[:32]), a >> right_amt))
+    prod = Signal(32, name=f"{name}_prod")
+    m.d.comb += prod.eq((a * b)[:32])
+    with m.Switch(op):
+        with m.Case(AluOp.MIN, AluOp.MAX):
+            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
+        with m.Case(AluOp.ADD):
+            m.d.comb += r.eq(total[:32])
+        with m.Case(AluOp.SHR):
+            m.d.comb += r.eq(sh)
+        with m.Case(AluOp.MUL):
+            m.d.comb += r.eq(prod)
+    return r
+
+
 class TensorAlu(wiring.Component):
     """``out = op(a, b)`` lane by lane over ``batch * block_out`` int32 lanes.
 
     Parameters
     ----------
     cfg : HwConfig
+
+    Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
+    through a barrel shifter per lane (:func:`alu_lane`).
     """
 
     def __init__(self, cfg: HwConfig):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"TensorAlu: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
+        self.shift_by_multiplier = compact_datapath(cfg)
         super().__init__({"op": In(ALU_OPCODE_BITS), "a": In(cfg.acc_elem_bits),
                           "b": In(cfg.acc_elem_bits), "out": Out(cfg.acc_elem_bits)})
 
@@ -83,5 +129,6 @@ class TensorAlu(wiring.Component):
         m = Module()
         for lane in range(self.cfg.batch * self.cfg.block_out):
             s = slice(lane * 32, (lane + 1) * 32)
-            m.d.comb += self.out[s].eq(alu_lane(m, self.op, self.a[s], self.b[s], f"lane{lane}"))
+            m.d.comb += self.out[s].eq(alu_lane(m, self.op, self.a[s], self.b[s], f"lane{lane}",
+                                                shift_by_multiplier=self.shift_by_multiplier))
         return m

@@ -6,15 +6,21 @@ issue plus 5 (6 for a tensor ALU, whose first issue also is at ``s + 1``), which
 ``s + n + 5`` and ``s + 2n + 5``. Pipeline, for an iteration issued at ``t``:
 
 * ``t - 1``: read the micro-op; ``t``: form the ACC/INP/WGT indices, read INP and WGT;
-* GEMM / ALU immediate: ``t+1`` read ``ACC[dst]`` (GEMM products registered); ``t+2`` adder
-  tree and accumulate, or ALU, and write ACC and OUT with the result;
-* tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; ``t+3`` ALU and write.
+* GEMM / ALU immediate: ``t+1`` read ``ACC[dst]`` (GEMM products registered); then on the
+  compact datapath of one-lane cores (:func:`~vtakit.vta_hw.alu.compact_datapath`) ``t+2`` the
+  ALU (GEMM: adder tree and accumulate), whose result is that cycle's ACC and OUT write; on
+  the registered datapath of wider cores ``t+2`` the word into the operand register (GEMM: the
+  adder tree into its register), ``t+3`` the ALU into the result register, ``t+4`` the write;
+* tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; the ALU and the write one
+  cycle later than above.
 
-The lanes' ALUs do the accumulation too (ADD), so there is one adder per lane. Back-to-back
-updates of one ACC row are forwarded: the word read from the ACC block RAM is patched with the
-write of the previous cycle (which the registered read missed), in the cycle it is used; the
-write of that cycle is the iteration's own. So each iteration sees every earlier iteration's
-result, as the loop semantics say.
+On the registered datapath the ALU's operands and result are registers, so the paths around
+it are short (the ``ecp5`` preset's clock); the compact one saves the registers and two
+forwarding patches (iCE40 logic cells). The lanes' ALUs do the accumulation too (ADD), so
+there is one adder per lane. Back-to-back updates of one ACC row are forwarded: a word read
+from the ACC block RAM is patched with the results its read missed (written in the cycle of
+the read; on the registered datapath also computed or written in its arrival cycle), so each
+iteration sees every earlier iteration's result, as the loop semantics say.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from vtakit.vta_hw.alu import TensorAlu
+from vtakit.vta_hw.alu import TensorAlu, compact_datapath
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.control import command_member, unit_control
 from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
@@ -47,13 +53,14 @@ __all__ = ["Compute", "COMPUTE_TARGETS"]
 COMPUTE_TARGETS = tuple(t for t in MemType
                         if t not in LOAD_UNIT_MEMORY_TYPES and t != MemType.OUT)
 
-# Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 2 (t + 3
-# for a tensor ALU), so the finish of docs/timing.md (s + n + 5, s + 2n + 5 with the last of
-# the tensor ALU's issues, two cycles apart, at s + 2n - 1) leaves the write in the past.
+# Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 4 at the
+# latest (t + 5 for a tensor ALU; the registered datapath), so the finish of docs/timing.md
+# (s + n + 5, s + 2n + 5 with the last of the tensor ALU's issues, two cycles apart, at
+# s + 2n - 1) comes after the write, when the next instruction (or a STORE of OUT) may read it.
 _DRAIN_GEMM = GEMM_PIPELINE_CYCLES
 _DRAIN_ALU_IMM = ALU_PIPELINE_CYCLES
 _DRAIN_ALU_TENSOR = ALU_PIPELINE_CYCLES + 1
-assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 3 and _DRAIN_ALU_TENSOR >= 4, \
+assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 5 and _DRAIN_ALU_TENSOR >= 6, \
     "the finish would come before the ACC write of the last iteration"
 # FINISH and empty loops finish the cycle after their start (the "short" register below).
 assert NOP_CYCLES == 1, "Compute finishes a FINISH or an empty loop at s + 1"
@@ -86,6 +93,7 @@ class Compute(wiring.Component):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"Compute: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
+        self.compact = compact_datapath(cfg)
         ru = lanes_of(cfg, MemType.UOP)
         ra = max(lanes_of(cfg, MemType.ACC), lanes_of(cfg, MemType.ACC_8BIT))
         self.acc_lanes = ra
@@ -240,10 +248,21 @@ class Compute(wiring.Component):
                      self.finish_start.eq(ctl.start & (op == Opcode.FINISH))]
 
         # ---- pipeline -----------------------------------------------------------------------
-        # The micro-op of an iteration issued at t is read at t - 1 (from u's next value), so
-        # at t its indices are formed and INP and WGT read; ACC is read at t+1 (GEMM, ALU
-        # immediate: the destination) or at t+1 and t+2 (tensor ALU: the source, then the
-        # destination; its issues are two cycles apart). One ACC read per cycle.
+        # An iteration issued at t: t-1 read the micro-op (from u's next value); t form the
+        # indices, read INP and WGT; t+1 read ACC[dst] (a tensor ALU: ACC[src], then ACC[dst]
+        # at t+2, its issues being two cycles apart), the GEMM products registered. Then, on
+        # the compact datapath (one lane):
+        #   t+2  the ALU on the word from the ACC RAM (GEMM: and the adder tree); its result is
+        #        the ACC and OUT write of this cycle  [tensor: t+3]
+        # and on the registered one (every wider core):
+        #   t+2  the word into the operand register, the adder tree into its register
+        #        [tensor: the source word into the source register; t+3 the dst word]
+        #   t+3  the ALU on registers only, into the result register  [t+4]
+        #   t+4  write ACC and OUT from the result register  [t+5]
+        # A word from the ACC RAM misses the results written in its read cycle and later: it is
+        # patched with the write of the previous cycle (whether the read hit it is registered
+        # with it) and, on the registered datapath, newer first, with the result being
+        # computed and the result being written in its arrival cycle.
         m.d.comb += self.uop_r_addr.eq(u_d)
         uop = data.View(lays.uop, self.uop_r_data[0])
         isrc = Signal(src_w)
@@ -252,34 +271,55 @@ class Compute(wiring.Component):
                      self.inp_r_addr.eq(isrc[:lay_i]), self.wgt_r_addr.eq(iw)]
         p1, p1_a, p1_s = Signal(), Signal(lay_a), Signal(lay_a)
         m.d.sync += [p1.eq(issue), p1_a.eq(uop.dst + off_d), p1_s.eq(isrc[:lay_a])]
-        p2, t2, t3 = Signal(), Signal(), Signal()
-        q2_a, t3_a = Signal(lay_a), Signal(lay_a)
-        m.d.sync += [p2.eq(p1 & ~tensor), t2.eq(p1 & tensor), q2_a.eq(p1_a), t3.eq(t2),
-                     t3_a.eq(q2_a)]
+        t2, q2_a = Signal(), Signal(lay_a)  # a tensor ALU's second read (its dst), that row
+        m.d.sync += [t2.eq(p1 & tensor), q2_a.eq(p1_a)]
         rd_a = Signal(lay_a)
         m.d.comb += rd_a.eq(Mux(t2, q2_a, Mux(tensor, p1_s, p1_a)))
         m.d.comb += self.acc_r_addr.eq(rd_a)
-        # The ACC word read in the previous cycle, patched with the write of the previous
-        # cycle (which the registered read missed): the ALU's first operand (t+2: GEMM, ALU
-        # immediate; t+3: tensor ALU). The ALU's result is written in the cycle it is
-        # computed, so the write in the cycle the word is used is its own iteration's: one
-        # patch. Whether the read hits is decided in the cycle of the read and the write, so
-        # no address is kept for the next.
         lw_hit = Signal()
         lw_v = Signal(cfg.acc_elem_bits)
         m.d.sync += [lw_hit.eq(wr_en & (wr_a == rd_a)), lw_v.eq(wr_v)]
-        fwd = Signal(cfg.acc_elem_bits)
-        m.d.comb += fwd.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
-        # tensor: the source arrives at t+2 and is held for the ALU at t+3 (writes land at
-        # odd offsets from an issue, t+3, t+1, ..., so none is missed)
-        src_v = Signal(cfg.acc_elem_bits)
-        with m.If(t2):
-            m.d.sync += src_v.eq(fwd)
+        ram_word = Signal(cfg.acc_elem_bits)
+        m.d.comb += ram_word.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
 
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
         gemm = m.submodules.gemm = GemmCore(cfg)
         alu = m.submodules.alu = TensorAlu(cfg)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
+        x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
+        src_v = Signal(cfg.acc_elem_bits)  # a tensor ALU's source word
+        if self.compact:
+            p2, t3, t3_a = Signal(), Signal(), Signal(lay_a)
+            m.d.sync += [p2.eq(p1 & ~tensor), t3.eq(t2), t3_a.eq(q2_a)]
+            # the source arrives at t+2 and is held for the ALU at t+3 (writes land at odd
+            # offsets from an issue, t+3, t+1, ..., so none is missed)
+            with m.If(t2):
+                m.d.sync += src_v.eq(ram_word)
+            operand, sums = ram_word, gemm.sums
+            # the result is the write of its cycle, not a register of it: one forwarding
+            # patch instead of three (about 180 iCE40 logic cells)
+            m.d.comb += [wr_en.eq(p2 | t3), wr_a.eq(Mux(tensor, t3_a, q2_a)), wr_v.eq(x_res)]
+        else:
+            # the word arriving in this cycle: its row; an operand (GEMM, ALU immediate, a
+            # tensor ALU's dst) or a tensor ALU's source
+            d_a, d_op, d_src = Signal(lay_a), Signal(), Signal()
+            m.d.sync += [d_a.eq(rd_a), d_op.eq((p1 & ~tensor) | t2), d_src.eq(p1 & tensor)]
+            # X: the iteration the ALU works on in this cycle; W: the one written
+            x_v, w_v = Signal(), Signal()
+            x_a, w_a = Signal(lay_a), Signal(lay_a)
+            operand = Signal(cfg.acc_elem_bits)
+            sums = Signal(cfg.acc_elem_bits, reset_less=True)
+            r_reg = Signal(cfg.acc_elem_bits)
+            fwd = Signal(cfg.acc_elem_bits)
+            m.d.comb += fwd.eq(Mux(x_v & (x_a == d_a), x_res,
+                                   Mux(w_v & (w_a == d_a), r_reg, ram_word)))
+            m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
+                         r_reg.eq(x_res), sums.eq(gemm.sums)]
+            with m.If(d_op):
+                m.d.sync += operand.eq(fwd)
+            with m.If(d_src):
+                m.d.sync += src_v.eq(fwd)
+            m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         lanes = cfg.batch * cfg.block_out
         # The ALU works from t+2 >= s+3, while the unit is busy and takes nothing, when the
         # candidate instruction is the unit's register: read the operation and the immediate
@@ -291,13 +331,10 @@ class Compute(wiring.Component):
         imm_vec = Cat(*[imm for _ in range(lanes)])
         m.d.comb += [
             alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),
-            alu.a.eq(fwd),
-            alu.b.eq(Mux(tensor, src_v, Mux(is_alu, imm_vec, gemm.sums))),
+            alu.a.eq(operand),
+            alu.b.eq(Mux(tensor, src_v, Mux(is_alu, imm_vec, sums))),
+            x_res.eq(Mux(reset, 0, alu.out)),
         ]
-        # t+2 (t+3 for the tensor ALU): write ACC and OUT with the ALU's result, not a
-        # register of it (one forwarding patch instead of two: about 100 iCE40 logic cells)
-        m.d.comb += [wr_en.eq(p2 | t3), wr_a.eq(Mux(tensor, t3_a, q2_a)),
-                     wr_v.eq(Mux(reset, 0, alu.out))]
         m.d.comb += [self.out_w_en[0].eq(wr_en), self.out_w_addr.eq(wr_a),
                      self.out_w_data[0].eq(Cat(*[wr_v[k * 32:k * 32 + 8]
                                                  for k in range(lanes)]))]

@@ -183,8 +183,10 @@ ALU_CASES = [(op, a, b) for op in AluOp for a, b in
               (-(2**31), 31), (-(2**31), -(2**31)), (2**31 - 1, 2**31 - 1), (-1, 0), (7, 0)]]
 
 
-def test_alu_matches_semantics():
-    alu = TensorAlu(preset("ice40"))
+@pytest.mark.parametrize("config", ["ice40", "ecp5"])  # shifts by multiplier / barrel shifter
+def test_alu_matches_semantics(config):
+    alu = TensorAlu(preset(config))
+    assert alu.shift_by_multiplier == (config == "ice40")
     lanes = 2
 
     async def bench(ctx):
