@@ -230,6 +230,21 @@ class BurstMemory(wiring.Component):
         cfg = self.cfg
         ram = m.submodules.ram = self.ram
         L, M = cfg.mem_read_latency_cycles, cfg.mem_max_burst_beats
+        # The core's side: with L >= 2 its burst signals are registered first (the RAM is
+        # reached a cycle later, so the core's same-cycle request and grant do not run on
+        # into the RAM's inputs: the ECP5 build's clock) and the read beats wait a cycle less
+        # in the delay line. Reads and writes move together, so a read beat still sees the
+        # writes of earlier beats, and the core sees the same cycles.
+        core = {name: getattr(self, name) for name in (
+            "rd_valid", "rd_addr", "rd_beats", "wr_valid", "wr_addr", "wr_beats",
+            "wr_data_valid", "wr_data", "wr_strb")}
+        staged = L >= 2
+        if staged:
+            for name, sig in list(core.items()):
+                q = Signal.like(sig, name=f"{name}_q")
+                m.d.sync += q.eq(sig)
+                core[name] = q
+            L -= 1
         wsh = _log2(cfg.bus_bytes)          # byte address -> bus word
         aw = max(1, (self.words - 1).bit_length())
 
@@ -244,20 +259,20 @@ class BurstMemory(wiring.Component):
         next_word = Signal(aw)
         left = Signal(range(M + 1))
         beat_word = Signal(aw)
-        m.d.comb += beat_word.eq(Mux(self.rd_valid, word(self.rd_addr),
-                                     Mux(self.wr_valid, word(self.wr_addr), next_word)))
+        m.d.comb += beat_word.eq(Mux(core["rd_valid"], word(core["rd_addr"]),
+                                     Mux(core["wr_valid"], word(core["wr_addr"]), next_word)))
         more_next = Signal()
-        with m.If(self.rd_valid | self.wr_valid):
-            beats = Mux(self.rd_valid, self.rd_beats, self.wr_beats)
+        with m.If(core["rd_valid"] | core["wr_valid"]):
+            beats = Mux(core["rd_valid"], core["rd_beats"], core["wr_beats"])
             m.d.comb += more_next.eq(beats > 1)
-            m.d.sync += [more_read.eq(self.rd_valid), next_word.eq(beat_word + 1),
+            m.d.sync += [more_read.eq(core["rd_valid"]), next_word.eq(beat_word + 1),
                          left.eq(beats - 1)]
         with m.Elif(more):
             m.d.comb += more_next.eq(left > 1)
             m.d.sync += [next_word.eq(next_word + 1), left.eq(left - 1)]
         m.d.sync += more.eq(more_next)
         rd_beat = Signal()
-        m.d.comb += rd_beat.eq(self.rd_valid | (more & more_read))
+        m.d.comb += rd_beat.eq(core["rd_valid"] | (more & more_read))
 
         # host port: a 32-bit lane of the bus word
         lanes = cfg.bus_width_bits // HOST_WORD_BITS
@@ -265,7 +280,8 @@ class BurstMemory(wiring.Component):
         if lanes > 1:
             m.d.comb += lane.eq(self.host_addr[2:wsh])
         ready = Signal()  # no beat of the core in the next cycle, unless it starts a burst
-        m.d.sync += ready.eq(~self.core_running & ~more_next)
+        incoming = (self.rd_valid | self.wr_valid) if staged else 0  # a burst for the next cycle
+        m.d.sync += ready.eq(~self.core_running & ~more_next & ~incoming)
         m.d.comb += self.host_ready.eq(ready)
         host = Signal()
         m.d.comb += host.eq(ready & (self.host_w_en | self.host_r_en))
@@ -278,8 +294,8 @@ class BurstMemory(wiring.Component):
                          ram.r_en.eq(self.host_r_en & ~self.host_w_en)]
         with m.Else():
             m.d.comb += [ram.addr.eq(beat_word),
-                         ram.w_en.eq(Mux(self.wr_data_valid, self.wr_strb, 0)),
-                         ram.w_data.eq(self.wr_data), ram.r_en.eq(rd_beat)]
+                         ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
+                         ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
         host_read_q = Signal()
         lane_q = Signal.like(lane)
         m.d.sync += [host_read_q.eq(host & self.host_r_en & ~self.host_w_en), lane_q.eq(lane)]

@@ -2,9 +2,9 @@
 
 * :class:`CmdQueue`: a FIFO of 128-bit instructions, ``depth`` entries. An entry written at
   cycle ``d`` is visible (``r.valid``) from ``d + 1``; an entry taken at ``p`` frees its slot
-  for the writer from ``p + 1`` (``w.full`` is a function of registers only). The head sits in
-  a register, the rest in a block RAM whose registered read refills the head the cycle after a
-  take, so a unit can take back-to-back entries.
+  for the writer from ``p + 1`` (``w.full`` is a function of registers only). The head and the
+  entry after it sit in registers, the rest in a block RAM read ahead into them, so the head
+  is a register and a unit can take back-to-back entries.
 * :class:`TokenCounter`: one of the four token queues (l2g, g2l, g2s, s2g), a counter of
   capacity ``depth``. A pushed token is visible to the consumer in the same cycle
   (``consumer.avail`` includes ``producer.push``); a popped slot is usable by the producer one
@@ -87,34 +87,55 @@ class CmdQueue(wiring.Component):
             with m.Elif(take):
                 m.d.sync += hv.eq(0)
             return m
+        # Deeper queues: the head and the entry after it in registers (s0, s1), the rest in a
+        # block RAM behind them, read ahead so that s1 is filled before it is needed; the head
+        # is always a register (no path from the RAM's output to the units) and a unit can take
+        # back-to-back entries. A write goes straight to s0 or s1 while the RAM holds nothing
+        # and no read of it is on its way, else to the RAM (entries stay in order).
         mem = memory.Memory(shape=self.width_bits, depth=q, init=[])
         m.submodules.mem = mem
         wp, rp = mem.write_port(), mem.read_port()
-        mcount = Signal(range(q + 1))
+        s1 = Signal(self.width_bits)
+        v1 = Signal()
+        mcount = Signal(range(q + 1))  # entries in the RAM, a read on its way included
         rd_ptr = Signal(range(q))
         wr_ptr = Signal(range(q))
-        refill = Signal()  # the head register is being refilled from the RAM's read port
-        cur = Signal(self.width_bits)
-        m.d.comb += [rp.addr.eq(rd_ptr), cur.eq(head)]
-        with m.If(refill):
-            m.d.comb += cur.eq(rp.data)
-        m.d.comb += [r.data.eq(cur), self.level.eq(hv + mcount)]
-        m.d.sync += [head.eq(cur), refill.eq(0)]
-        to_ram = Signal()
-        from_ram = take & (mcount != 0)
-        with m.If(w.en):
-            with m.If(~hv | (take & (mcount == 0))):
-                m.d.sync += [head.eq(w.data), hv.eq(1)]
+        arriving = Signal()  # the RAM's read port shows the entry read in the previous cycle
+        m.d.comb += [r.data.eq(head), self.level.eq(hv + v1 + mcount)]
+        # the registers after this cycle's take: how many entries they keep
+        keep0 = Signal()  # s0 keeps an entry (its own, or s1's moving down)
+        m.d.comb += keep0.eq(Mux(take, v1, hv))
+        keep1 = Signal()
+        m.d.comb += keep1.eq(v1 & ~take)
+        # read the RAM when the registers will have room for the entry when it arrives
+        pending = mcount - arriving  # entries in the RAM not yet read
+        read = Signal()
+        m.d.comb += read.eq((pending != 0) & ~(keep0 & keep1) & ~(arriving & (keep0 | keep1)))
+        m.d.comb += rp.addr.eq(rd_ptr)
+        with m.If(read):
+            m.d.sync += rd_ptr.eq(rd_ptr + 1)
+        m.d.sync += arriving.eq(read)
+        # what enters the registers in this cycle, oldest first: s1 moving down (a take), the
+        # RAM's entry, the write (straight in when every RAM entry has been read, and there is
+        # room); each fills the first free register
+        free2 = ~keep0  # both registers free after the take
+        direct = Signal()
+        m.d.comb += direct.eq(w.en & (pending == 0) & ~keep1 & (free2 | ~arriving))
+        to_ram = w.en & ~direct
+        with m.If(take):
+            m.d.sync += [head.eq(s1), hv.eq(v1), v1.eq(0)]
+        first = Mux(arriving, rp.data, w.data)
+        with m.If(arriving | direct):
+            with m.If(free2):
+                m.d.sync += [head.eq(first), hv.eq(1)]
+                with m.If(arriving & direct):
+                    m.d.sync += [s1.eq(w.data), v1.eq(1)]
             with m.Else():
-                m.d.comb += to_ram.eq(1)
-        with m.Elif(take & (mcount == 0)):
-            m.d.sync += hv.eq(0)
+                m.d.sync += [s1.eq(first), v1.eq(1)]
         m.d.comb += [wp.en.eq(to_ram), wp.addr.eq(wr_ptr), wp.data.eq(w.data)]
         with m.If(to_ram):
             m.d.sync += wr_ptr.eq(wr_ptr + 1)
-        with m.If(from_ram):
-            m.d.sync += [rd_ptr.eq(rd_ptr + 1), refill.eq(1)]
-        m.d.sync += mcount.eq(mcount + to_ram - from_ram)
+        m.d.sync += mcount.eq(mcount + to_ram - arriving)
         return m
 
 

@@ -65,6 +65,38 @@ def test_cmd_queue_visibility_and_order(depth):
     run(q, bench)
 
 
+@pytest.mark.parametrize("depth", [2, 4, 8])
+def test_cmd_queue_against_a_fifo_model(depth):
+    """Random writes and takes (back to back included): every cycle the head, ``valid``,
+    ``full`` and ``level`` are those of a FIFO of ``depth`` whose writes show a cycle later."""
+    q = CmdQueue(depth, 16)
+    rng = np.random.default_rng(depth)
+
+    async def bench(ctx):
+        model: list[int] = []
+        nxt = 0
+        for _ in range(600):
+            assert ctx.get(q.level) == len(model)
+            assert ctx.get(q.w.full) == (len(model) == depth)
+            assert ctx.get(q.r.valid) == bool(model)
+            if model:
+                assert ctx.get(q.r.data) == model[0]
+            busy = rng.random() < 0.5  # phases of writing and of taking
+            write = len(model) < depth and rng.random() < (0.8 if busy else 0.3)
+            take = bool(model) and rng.random() < (0.3 if busy else 0.9)
+            ctx.set(q.w.en, write)
+            ctx.set(q.w.data, nxt)
+            ctx.set(q.r.take, take)
+            await ctx.tick()
+            if take:
+                model.pop(0)
+            if write:
+                model.append(nxt)
+                nxt = (nxt + 1) & 0xFFFF
+
+    run(q, bench)
+
+
 def test_token_counter_push_visible_same_cycle_pop_next():
     t = TokenCounter(1)
 
