@@ -405,11 +405,15 @@ class ReadDMA(wiring.Component):
             m.d.comb += ph_next.eq(FIN)
 
         # a new instruction (possibly starting in the previous one's finish cycle): the first
-        # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane)
+        # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane). With
+        # L >= 2 no beat arrives before s + 2, so the index is formed at s + 1 from the unit's
+        # instruction register, off the start cycle's path (the queue, the tokens, the start)
+        off0 = sizes.to_bytes(cur.dram_base, lw)
+        lane0 = sizes.pick(lambda le: lane_of(off0, le))
+        first = cur.sram_base + (y0 * cols[:iw])[:iw] + (x0 - lane0)  # narrow x0 - lane0
+        late_first = cfg.mem_read_latency_cycles >= 2
+        set_first = Signal()
         with m.If(self.start):
-            off0 = sizes.to_bytes(cur.dram_base, lw)
-            lane0 = sizes.pick(lambda le: lane_of(off0, le))
-            first = cur.sram_base + (y0 * cols[:iw])[:iw] + (x0 - lane0)  # narrow x0 - lane0
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]
             if k_max > 1:
                 m.d.sync += part.eq(0)
@@ -417,5 +421,11 @@ class ReadDMA(wiring.Component):
                 m.d.comb += ph_next.eq(FIN)
             with m.Elif(y_any):
                 m.d.comb += ph_next.eq(XFER)
-                m.d.sync += w_reg.eq(first[:iw])
+                if late_first:
+                    m.d.sync += set_first.eq(1)
+                else:
+                    m.d.sync += w_reg.eq(first[:iw])
+        if late_first:
+            with m.If(set_first):
+                m.d.sync += [w_reg.eq(first[:iw]), set_first.eq(0)]
         return m
