@@ -140,7 +140,8 @@ class Compute(wiring.Component):
         # ---- LOAD UOP / ACC / ACC_8BIT through the read DMA ---------------------------------
         dma = m.submodules.dma = ReadDMA(cfg, COMPUTE_TARGETS)
         wiring.connect(m, wiring.flipped(self.mem), dma.mem)
-        m.d.comb += [dma.start.eq(ctl.start & (op == Opcode.LOAD)), dma.insn.eq(cand_bits)]
+        m.d.comb += [dma.start.eq(ctl.start & (op == Opcode.LOAD)), dma.insn.eq(cand_bits),
+                     dma.insn_reg.eq(ctl.insn)]
         d_uop, d_acc, d_acc8 = (dma.writes[MemType.UOP], dma.writes[MemType.ACC],
                                 dma.writes[MemType.ACC_8BIT])
         m.d.comb += [self.uop_w_en.eq(d_uop.en), self.uop_w_addr.eq(d_uop.addr),

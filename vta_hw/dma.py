@@ -191,6 +191,10 @@ class ReadDMA(wiring.Component):
     insn : In
         The instruction; it must stay on ``insn`` from ``start`` to the cycle before
         ``finish`` (the units' control holds it in a register).
+    insn_reg : In
+        The same instruction from the cycle after ``start`` on: the unit's instruction register
+        itself (what is formed after the start cycle then hangs off no path through the
+        start cycle's choice of instruction).
     finish : Out
         High in the instruction's finish cycle.
     finish_next : Out
@@ -210,7 +214,8 @@ class ReadDMA(wiring.Component):
         self.cfg, self.targets = cfg, tuple(targets)
         self.idx_bits = max(1, *(cfg.log_depth(t) for t in self.targets))
         members = {
-            "start": In(1), "insn": In(isa.INSN_WIDTH_BITS), "finish": Out(1),
+            "start": In(1), "insn": In(isa.INSN_WIDTH_BITS),
+            "insn_reg": In(isa.INSN_WIDTH_BITS), "finish": Out(1),
             "finish_next": Out(1), "active": Out(1), "mem": Out(MemClientSignature(cfg)),
         }
         for t in self.targets:
@@ -408,10 +413,18 @@ class ReadDMA(wiring.Component):
         # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane). With
         # L >= 2 no beat arrives before s + 2, so the index is formed at s + 1 from the unit's
         # instruction register, off the start cycle's path (the queue, the tokens, the start)
-        off0 = sizes.to_bytes(cur.dram_base, lw)
-        lane0 = sizes.pick(lambda le: lane_of(off0, le))
-        first = cur.sram_base + (y0 * cols[:iw])[:iw] + (x0 - lane0)  # narrow x0 - lane0
         late_first = cfg.mem_read_latency_cycles >= 2
+        off0 = sizes.to_bytes(cur.dram_base, lw)
+        if late_first:  # formed from the register, with its own copies of the sizes
+            reg = data.View(insn_layouts(cfg).mem, self.insn_reg)
+            r_sizes = ElemSizes.build(m, cfg, reg.memory_type, self.targets, reg.x_size[:nb],
+                                      "dma_reg")
+            r_cols = reg.x_size[:nb] + reg.x_pad_0 + reg.x_pad_1
+            lane0 = r_sizes.pick(lambda le: lane_of(r_sizes.to_bytes(reg.dram_base, lw), le))
+            first = reg.sram_base + (reg.y_pad_0 * r_cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
+        else:
+            lane0 = sizes.pick(lambda le: lane_of(off0, le))
+            first = cur.sram_base + (y0 * cols[:iw])[:iw] + (x0 - lane0)  # narrow x0 - lane0
         set_first = Signal()
         with m.If(self.start):
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]

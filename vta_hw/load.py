@@ -77,7 +77,7 @@ class Load(wiring.Component):
         inp, wgt = dma.writes[MemType.INP], dma.writes[MemType.WGT]
         m.d.comb += [
             self.idle.eq(ctl.idle), self.active.eq(ctl.active), fin.eq(dma.finish),
-            dma.start.eq(ctl.start), dma.insn.eq(ctl.cand.as_value()),
+            dma.start.eq(ctl.start), dma.insn.eq(ctl.cand.as_value()), dma.insn_reg.eq(ctl.insn),
             self.inp_w_en.eq(inp.en), self.inp_w_addr.eq(inp.addr), self.inp_w_data.eq(inp.data),
             self.wgt_w_en.eq(wgt.en), self.wgt_w_addr.eq(wgt.addr), self.wgt_w_data.eq(wgt.data),
         ]
