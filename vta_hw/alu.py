@@ -42,12 +42,30 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     total = Signal(33, name=f"{name}_sum")
     m.d.comb += total.eq((Cat(sub, a33) + Cat(sub, b33 ^ sub.replicate(33)))[1:])
     lt = total[32]
+    if shift_by_multiplier:
+        shifted = product = _shift_on_multiplier(m, op, a, b, name)
+    else:
+        shifted = _barrel_shift(a, b, m, name)
+        product = Signal(32, name=f"{name}_prod")
+        m.d.comb += product.eq((a * b)[:32])
+    with m.Switch(op):
+        with m.Case(AluOp.MIN, AluOp.MAX):
+            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
+        with m.Case(AluOp.ADD):
+            m.d.comb += r.eq(total[:32])
+        with m.Case(AluOp.SHR):
+            m.d.comb += r.eq(shifted)
+        with m.Case(AluOp.MUL):
+            m.d.comb += r.eq(product)
+    return r
+
+
+def _shift_on_multiplier(m: Module, op, a, b, name: str):
+    """MUL, and SHR through the same multiplier: 32 bits, valid for either operation."""
     # Shifts go through the multiplier (a DSP block): a << n is the low word of a * 2**n,
     # and a logical right shift is a left shift of the bit-reversed operand, reversed back;
     # an arithmetic one XORs the sign in and out (a >> n = ((a ^ s) >>> n) ^ s).
     neg = b[31]
-    if not shift_by_multiplier:
-        return _lane_with_shifter(m, op, a, b, total, lt, name)
     amt = Signal(5, name=f"{name}_amt")
     # -b for b < 0 (its low five bits), min(b, 31) for b >= 0
     m.d.comb += amt.eq(Mux(neg, (~b[:5]) + 1, Mux(b[5:31].any(), 31, b[:5])))
@@ -69,20 +87,14 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     ]
     prod = Signal(32, name=f"{name}_prod")
     m.d.comb += prod.eq((ma * mb)[:32])
-    with m.Switch(op):
-        with m.Case(AluOp.MIN, AluOp.MAX):
-            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
-        with m.Case(AluOp.ADD):
-            m.d.comb += r.eq(total[:32])
-        with m.Case(AluOp.SHR, AluOp.MUL):
-            m.d.comb += r.eq(Mux(right, Cat(*reversed(list(prod))) ^ sign, prod))
-    return r
+    out = Signal(32, name=f"{name}_mulsh")
+    m.d.comb += out.eq(Mux(right, Cat(*reversed(list(prod))) ^ sign, prod))
+    return out
 
 
-def _lane_with_shifter(m: Module, op, a, b, total, lt, name: str):
-    """:func:`alu_lane` with a barrel shifter: ``a >> min(b, 31)`` (arithmetic) for
-    ``b >= 0``, ``a << -b`` (0 from 32 on) for ``b < 0``; the multiplier does MUL only."""
-    r = Signal(signed(32), name=name)
+def _barrel_shift(a, b, m: Module, name: str):
+    """``a >> min(b, 31)`` (arithmetic) for ``b >= 0``, ``a << -b`` (0 from 32 on) for
+    ``b < 0``, in a barrel shifter of its own."""
     neg = b[31]
     # -b >= 32 (or b = -2**31): every bit shifted out
     big_left = neg & (~b[5:31].all() | (b[:5] == 0))
@@ -92,18 +104,7 @@ def _lane_with_shifter(m: Module, op, a, b, total, lt, name: str):
     m.d.comb += left_amt.eq((~b[:5]) + 1)
     sh = Signal(signed(32), name=f"{name}_sh")
     m.d.comb += sh.eq(Mux(neg, Mux(big_left, 0, (a << left_amt)[:32]), a >> right_amt))
-    prod = Signal(32, name=f"{name}_prod")
-    m.d.comb += prod.eq((a * b)[:32])
-    with m.Switch(op):
-        with m.Case(AluOp.MIN, AluOp.MAX):
-            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
-        with m.Case(AluOp.ADD):
-            m.d.comb += r.eq(total[:32])
-        with m.Case(AluOp.SHR):
-            m.d.comb += r.eq(sh)
-        with m.Case(AluOp.MUL):
-            m.d.comb += r.eq(prod)
-    return r
+    return sh
 
 
 class TensorAlu(wiring.Component):
