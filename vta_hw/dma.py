@@ -413,18 +413,19 @@ class ReadDMA(wiring.Component):
         # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane). With
         # L >= 2 no beat arrives before s + 2, so the index is formed at s + 1 from the unit's
         # instruction register, off the start cycle's path (the queue, the tokens, the start)
+        def first_index(v, sz, off, n_cols):  # narrow x_pad_0 - lane first
+            lane0 = sz.pick(lambda le: lane_of(off, le))
+            return v.sram_base + (v.y_pad_0 * n_cols[:iw])[:iw] + (v.x_pad_0 - lane0)
+
         late_first = cfg.mem_read_latency_cycles >= 2
         off0 = sizes.to_bytes(cur.dram_base, lw)
-        if late_first:  # formed from the register, with its own copies of the sizes
+        if late_first:  # from the register (r_off holds off0 then), with its own size select
             reg = data.View(insn_layouts(cfg).mem, self.insn_reg)
             r_sizes = ElemSizes.build(m, cfg, reg.memory_type, self.targets, reg.x_size[:nb],
                                       "dma_reg")
-            r_cols = reg.x_size[:nb] + reg.x_pad_0 + reg.x_pad_1
-            lane0 = r_sizes.pick(lambda le: lane_of(r_sizes.to_bytes(reg.dram_base, lw), le))
-            first = reg.sram_base + (reg.y_pad_0 * r_cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
+            first = first_index(reg, r_sizes, r_off, reg.x_size[:nb] + reg.x_pad_0 + reg.x_pad_1)
         else:
-            lane0 = sizes.pick(lambda le: lane_of(off0, le))
-            first = cur.sram_base + (y0 * cols[:iw])[:iw] + (x0 - lane0)  # narrow x0 - lane0
+            first = first_index(cur, sizes, off0, cols)
         set_first = Signal()
         with m.If(self.start):
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]
