@@ -2,9 +2,9 @@
 
 At the start cycle ``s`` the unit presents the SRAM index of the first beat's elements to the
 OUT buffer (a block RAM with a registered read port); its write transfer is requested from
-``s + 1`` (:data:`~vtakit.vta_hw.timing_facts.STORE_SETUP_CYCLES`). From then on the read index
-always points at the beat that will be sent next, so the data of a beat is ready in whatever
-cycle the port sends it, also after a preemption. Elements smaller than a bus word are placed
+``s + 1`` (:data:`~vtakit.vta_hw.timing_facts.STORE_SETUP_CYCLES`). From then on the buffer
+reads the beat after the current one and a register holds the current beat's row, so the data
+of a beat is ready in whatever cycle the port sends it, also after a preemption. Elements smaller than a bus word are placed
 in their byte lanes with byte strobes; a row occupies every bus word it touches and the bytes
 outside it are not written.
 The instruction finishes the cycle after its last beat was sent; ``x_size = 0`` or
@@ -146,16 +146,25 @@ class Store(wiring.Component):
                 m.d.sync += part.eq(Mux(done_elem, 0, part + 1))
             with m.If(last):
                 m.d.sync += [d_off.eq(n_off), d_rows.eq(d_rows - 1)]
-        # the OUT buffer's read port is registered: present the index of the beat that is
-        # current in the next cycle
+        # The OUT buffer's read port is registered. It reads the beat after the current one
+        # (n_widx, from registers only), and the current beat's row is held in a register: the
+        # RAM's output is the current row in the cycle after a start or a send, the held one
+        # otherwise. So the read index does not wait for the port's grant of this cycle (the
+        # port arbitrates every unit's request in the cycle it grants: the ECP5 clock).
         a0_off = sizes.to_bytes(cur.dram_base, lw)
         first = Signal(iw)
         m.d.comb += first.eq(cur.sram_base - lane0(a0_off))
-        m.d.comb += self.out_r_addr.eq(Mux(ctl.start, first, Mux(send, n_widx, widx)))
+        m.d.comb += self.out_r_addr.eq(Mux(ctl.start, first, n_widx))
+        fresh = Signal()  # the RAM's output is the current beat's row
+        m.d.sync += fresh.eq(ctl.start | send)
+        held = Signal.like(self.out_r_data)
+        row = Signal.like(self.out_r_data)
+        m.d.comb += row.eq(Mux(fresh, self.out_r_data, held))
+        m.d.sync += held.eq(row)
 
         # the current beat's data and strobes
         if eb >= W:
-            elem = self.out_r_data[0]
+            elem = row[0]
             m.d.comb += self.mem.wr_data.eq(elem.word_select(part, W * 8) if k > 1 else elem)
             m.d.comb += self.mem.wr_strb.eq(Const((1 << W) - 1, W))
         else:
@@ -163,7 +172,7 @@ class Store(wiring.Component):
             strb = []
             for j in range(r):
                 ok = (~d_first | (lane0(d_off) <= j)) & (~last | (last_off[le:] >= j))
-                lanes.append(self.out_r_data[j])
+                lanes.append(row[j])
                 strb.append(ok.replicate(eb))
             m.d.comb += [self.mem.wr_data.eq(Cat(*lanes)), self.mem.wr_strb.eq(Cat(*strb))]
 
