@@ -288,15 +288,25 @@ class Compute(wiring.Component):
         alu = m.submodules.alu = TensorAlu(cfg)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
-        src_v = Signal(cfg.acc_elem_bits)  # a tensor ALU's source word
+        lanes = cfg.batch * cfg.block_out
+        # The ALU works from t+2 >= s+3, while the unit is busy and takes nothing, when the
+        # candidate instruction is the unit's register: read the operation and the immediate
+        # from the register itself, so no path runs from the command queue's memory (the
+        # candidate's multiplexer input at a take) through the ALU (timing, not behaviour).
+        a_run = data.View(lays.alu, ctl.insn)
+        imm = Signal(cfg.acc_width_bits)
+        m.d.comb += imm.eq(a_run.imm)  # sign-extended
+        imm_vec = Cat(*[imm for _ in range(lanes)])
         if self.compact:
+            src_v = Signal(cfg.acc_elem_bits)  # a tensor ALU's source word
             p2, t3, t3_a = Signal(), Signal(), Signal(lay_a)
             m.d.sync += [p2.eq(p1 & ~tensor), t3.eq(t2), t3_a.eq(q2_a)]
             # the source arrives at t+2 and is held for the ALU at t+3 (writes land at odd
             # offsets from an issue, t+3, t+1, ..., so none is missed)
             with m.If(t2):
                 m.d.sync += src_v.eq(ram_word)
-            operand, sums = ram_word, gemm.sums
+            operand = ram_word
+            operand_b = Mux(tensor, src_v, Mux(is_alu, imm_vec, gemm.sums))
             # the result is the write of its cycle, not a register of it: one forwarding
             # patch instead of three (about 180 iCE40 logic cells)
             m.d.comb += [wr_en.eq(p2 | t3), wr_a.eq(Mux(tensor, t3_a, q2_a)), wr_v.eq(x_res)]
@@ -309,31 +319,28 @@ class Compute(wiring.Component):
             x_v, w_v = Signal(), Signal()
             x_a, w_a = Signal(lay_a), Signal(lay_a)
             operand = Signal(cfg.acc_elem_bits)
-            sums = Signal(cfg.acc_elem_bits, reset_less=True)
+            # the ALU's second operand, one register: a tensor ALU's source word (loaded when
+            # it arrives), else the immediate or the adder tree's sums of the cycle before
+            # (is_alu and tensor hold from s + 1 to the finish, the ALU's cycles and the one
+            # before them), so the multiplier's inputs are registers
+            operand_b = Signal(cfg.acc_elem_bits, reset_less=True)
             r_reg = Signal(cfg.acc_elem_bits)
             fwd = Signal(cfg.acc_elem_bits)
             m.d.comb += fwd.eq(Mux(x_v & (x_a == d_a), x_res,
                                    Mux(w_v & (w_a == d_a), r_reg, ram_word)))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
-                         r_reg.eq(x_res), sums.eq(gemm.sums)]
+                         r_reg.eq(x_res)]
             with m.If(d_op):
                 m.d.sync += operand.eq(fwd)
-            with m.If(d_src):
-                m.d.sync += src_v.eq(fwd)
+            with m.If(~tensor):
+                m.d.sync += operand_b.eq(Mux(is_alu, imm_vec, gemm.sums))
+            with m.Elif(d_src):
+                m.d.sync += operand_b.eq(fwd)
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
-        lanes = cfg.batch * cfg.block_out
-        # The ALU works from t+2 >= s+3, while the unit is busy and takes nothing, when the
-        # candidate instruction is the unit's register: read the operation and the immediate
-        # from the register itself, so no path runs from the command queue's memory (the
-        # candidate's multiplexer input at a take) through the ALU (timing, not behaviour).
-        a_run = data.View(lays.alu, ctl.insn)
-        imm = Signal(cfg.acc_width_bits)
-        m.d.comb += imm.eq(a_run.imm)  # sign-extended
-        imm_vec = Cat(*[imm for _ in range(lanes)])
         m.d.comb += [
             alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),
             alu.a.eq(operand),
-            alu.b.eq(Mux(tensor, src_v, Mux(is_alu, imm_vec, sums))),
+            alu.b.eq(operand_b),
             x_res.eq(Mux(reset, 0, alu.out)),
         ]
         m.d.comb += [self.out_w_en[0].eq(wr_en), self.out_w_addr.eq(wr_a),
