@@ -46,8 +46,7 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
         shifted = product = _shift_on_multiplier(m, op, a, b, name)
     else:
         shifted = _barrel_shift(a, b, m, name)
-        product = Signal(32, name=f"{name}_prod")
-        m.d.comb += product.eq((a * b)[:32])
+        product = _mul_low32(m, a, b, name)
     with m.Switch(op):
         with m.Case(AluOp.MIN, AluOp.MAX):
             m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
@@ -90,6 +89,25 @@ def _shift_on_multiplier(m: Module, op, a, b, name: str):
     out = Signal(32, name=f"{name}_mulsh")
     m.d.comb += out.eq(Mux(right, Cat(*reversed(list(prod))) ^ sign, prod))
     return out
+
+
+def _mul_low32(m: Module, a, b, name: str):
+    """The low 32 bits of ``a * b`` from three unsigned partial products of 18-bit-wide
+    pieces (the high-by-high one only reaches bits 36 and up): three of the ECP5's 18x18
+    multipliers and 14-bit adders, where the whole 64-bit product takes four and wider ones.
+    The low word of a product is the same for signed and unsigned operands."""
+    lo = 18
+    hi = 32 - lo
+    p_ll = Signal(2 * lo, name=f"{name}_p_ll")
+    p_hl = Signal(hi, name=f"{name}_p_hl")
+    p_lh = Signal(hi, name=f"{name}_p_lh")
+    a_lo, a_hi = a.as_unsigned()[:lo], a.as_unsigned()[lo:32]
+    b_lo, b_hi = b.as_unsigned()[:lo], b.as_unsigned()[lo:32]
+    m.d.comb += [p_ll.eq(a_lo * b_lo), p_hl.eq((a_hi * b_lo)[:hi]),
+                 p_lh.eq((a_lo * b_hi)[:hi])]
+    product = Signal(32, name=f"{name}_prod")
+    m.d.comb += product.eq(Cat(p_ll[:lo], (p_ll[lo:32] + p_hl + p_lh)[:hi]))
+    return product
 
 
 def _barrel_shift(a, b, m: Module, name: str):

@@ -212,7 +212,9 @@ ALU_CASES = [(op, a, b) for op in AluOp for a, b in
              [(5, 3), (-7, 2), (123456, -4), (-1, 31), (1 << 30, 40), (3, -32), (-5, -1),
               (2**31 - 1, 2), (-(2**31), -1), (-7, 31), (-7, 32), (5, -31), (5, -33),
               (-3, -31), (0x12345678, 1 << 20), (0x12345678, -(1 << 20)),
-              (-(2**31), 31), (-(2**31), -(2**31)), (2**31 - 1, 2**31 - 1), (-1, 0), (7, 0)]]
+              (-(2**31), 31), (-(2**31), -(2**31)), (2**31 - 1, 2**31 - 1), (-1, 0), (7, 0)]
+             + [tuple(int(v) for v in pair) for pair in  # every bit of either operand
+                np.random.default_rng(11).integers(-(2**31), 2**31, size=(24, 2))]]
 
 
 @pytest.mark.parametrize("config", ["ice40", "ecp5"])  # shifts by multiplier / barrel shifter
