@@ -42,7 +42,7 @@ from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.interfaces import ADDR_BITS, MemClientSignature, SramWriteSignature
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
-from vtakit.vta_hw.timing_facts import PAD_ONLY_SETUP_CYCLES
+from vtakit.vta_hw.timing_facts import LOAD_SETUP_CYCLES, PAD_ONLY_SETUP_CYCLES
 
 __all__ = ["ReadDMA", "ElemSizes", "row_requests", "lanes_of", "IDX_BITS", "ADDR_BITS"]
 
@@ -50,6 +50,8 @@ IDX_BITS = isa.SRAM_ADDR_BITS  # SRAM element indices on the units' ports (sram_
 
 # The padding of a block without data rows starts the cycle after the start (from_start below).
 assert PAD_ONLY_SETUP_CYCLES == 1, "ReadDMA starts a padding-only block at s + 1"
+# row_requests asks for the first burst the cycle after the start
+assert LOAD_SETUP_CYCLES == 1, "ReadDMA requests its first burst at s + 1"
 
 #: The member of :class:`ReadDMA` that writes each memory type's buffer.
 _WRITE_MEMBER = {MemType.UOP: "uop", MemType.WGT: "wgt", MemType.INP: "inp",
@@ -118,16 +120,17 @@ class ElemSizes:
         return s[lw:], s[:lw]
 
 
-def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, comb: bool,
-                 active: Value, a0: Value, rows: Value, stride: Value, rem1,
+def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Value,
+                 a0: Value, rows: Value, stride: Value, rem1,
                  grant: Value) -> tuple[Value, Value, Value]:
     """Add the request side of a 2-D transfer (docs/timing.md §2) to ``m``.
 
     On ``load`` the walk starts at the row whose first byte is ``a0`` (32-bit byte address),
     with ``rows`` rows ``stride`` bytes apart, if ``active``; ``rem1(off)`` gives a row's
-    beats minus one (:meth:`ElemSizes.rem1`). The first burst is requested in the ``load``
-    cycle itself when ``comb`` (a read DMA), else from the next cycle (the store). Each row's
-    words are cut into bursts at multiples of ``M`` beats; a burst is requested until
+    beats minus one (:meth:`ElemSizes.rem1`). The first burst is requested from the cycle
+    after ``load``, from registers only (docs/timing.md's ``LOAD_SETUP_CYCLES`` and
+    ``STORE_SETUP_CYCLES``: no path runs from a unit's start through the port's grant). Each
+    row's words are cut into bursts at multiples of ``M`` beats; a burst is requested until
     ``grant``. Returns ``(req, addr, beats)`` for the memory port.
     """
     W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
@@ -135,18 +138,12 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, comb: bool
     q_active = Signal(name=f"{name}_q_active")
     q_a = Signal(ADDR_BITS, name=f"{name}_q_row")  # byte address of the current row
     q_rows = Signal(len(rows), name=f"{name}_q_rows")  # rows left, the current one included
-    rem_row, _ = rem1(q_a[:lw])
-    q_pos = Signal(len(rem_row), name=f"{name}_q_pos")  # beats of the row already granted
-    if comb:
-        c_active, c_a = Mux(load, active, q_active), Mux(load, a0, q_a)
-        c_rows, c_pos = Mux(load, rows, q_rows), Mux(load, 0, q_pos)
-    else:
-        c_active, c_a, c_rows, c_pos = q_active, q_a, q_rows, q_pos
+    rem_c, _ = rem1(q_a[:lw])
+    q_pos = Signal(len(rem_c), name=f"{name}_q_pos")  # beats of the row already granted
     word = Signal(ADDR_BITS - lw, name=f"{name}_word")
-    m.d.comb += word.eq(c_a[lw:] + c_pos)
-    rem_c, _ = rem1(c_a[:lw])
+    m.d.comb += word.eq(q_a[lw:] + q_pos)
     rem = Signal(len(q_pos), name=f"{name}_rem")  # beats of the row after this burst's first
-    m.d.comb += rem.eq(rem_c - c_pos)
+    m.d.comb += rem.eq(rem_c - q_pos)
     room = Signal(range(1, M + 1), name=f"{name}_room")  # beats to the next M-beat boundary
     m.d.comb += room.eq(M - word[:lm]) if lm else room.eq(1)
     row_end = Signal(name=f"{name}_row_end")  # this burst is the row's last
@@ -154,20 +151,19 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, comb: bool
     burst = Signal(range(1, M + 1), name=f"{name}_burst")
     m.d.comb += burst.eq(Mux(row_end, rem[:lm + 1] + 1, room))
     req = Signal(name=f"{name}_req")
-    m.d.comb += req.eq(c_active)
+    m.d.comb += req.eq(q_active)
     # next state; "x + (d & enable)" rather than a multiplexer after the adder
-    took = grant & c_active
+    took = grant & q_active
     next_row = Signal(name=f"{name}_next_row")
     m.d.comb += next_row.eq(took & row_end)
     m.d.sync += [
-        q_a.eq(c_a + (stride & next_row.replicate(len(stride)))),
-        q_pos.eq(Mux(next_row, 0, c_pos + (burst & took.replicate(len(burst))))),
-        q_rows.eq(c_rows - next_row),
-        q_active.eq(Mux(next_row, c_rows != 1, c_active)),
+        q_a.eq(q_a + (stride & next_row.replicate(len(stride)))),
+        q_pos.eq(Mux(next_row, 0, q_pos + (burst & took.replicate(len(burst))))),
+        q_rows.eq(q_rows - next_row),
+        q_active.eq(Mux(next_row, q_rows != 1, q_active)),
     ]
-    if not comb:
-        with m.If(load):
-            m.d.sync += [q_active.eq(active), q_a.eq(a0), q_rows.eq(rows), q_pos.eq(0)]
+    with m.If(load):
+        m.d.sync += [q_active.eq(active), q_a.eq(a0), q_rows.eq(rows), q_pos.eq(0)]
     return req, Cat(Const(0, lw), word), burst
 
 
@@ -248,7 +244,7 @@ class ReadDMA(wiring.Component):
 
         # ---- request side ----------------------------------------------------------------
         req, addr, beats = row_requests(
-            m, "rq", cfg, load=self.start, comb=True, active=x_any & y_any,
+            m, "rq", cfg, load=self.start, active=x_any & y_any,
             a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
             grant=self.mem.grant)
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
@@ -411,8 +407,9 @@ class ReadDMA(wiring.Component):
 
         # a new instruction (possibly starting in the previous one's finish cycle): the first
         # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane). With
-        # L >= 2 no beat arrives before s + 2, so the index is formed at s + 1 from the unit's
-        # instruction register, off the start cycle's path (the queue, the tokens, the start)
+        # L >= 2 no beat arrives before s + 1 + L >= s + 3, so the index is formed at s + 1
+        # from the unit's instruction register, off the start cycle's path (the queue, the
+        # tokens, the start)
         def first_index(v, sz, off, n_cols):  # narrow x_pad_0 - lane first
             lane0 = sz.pick(lambda le: lane_of(off, le))
             return v.sram_base + (v.y_pad_0 * n_cols[:iw])[:iw] + (v.x_pad_0 - lane0)

@@ -4,9 +4,9 @@ At the start cycle ``s`` the unit presents the SRAM index of the first beat's el
 OUT buffer (a block RAM with a registered read port); its write transfer is requested from
 ``s + 1`` (:data:`~vtakit.vta_hw.timing_facts.STORE_SETUP_CYCLES`). From then on the buffer
 reads the beat after the current one and a register holds the current beat's row, so the data
-of a beat is ready in whatever cycle the port sends it, also after a preemption. Elements smaller than a bus word are placed
-in their byte lanes with byte strobes; a row occupies every bus word it touches and the bytes
-outside it are not written.
+of a beat is ready in whatever cycle the port sends it, also after a preemption. Elements
+smaller than a bus word are placed in their byte lanes with byte strobes; a row occupies every
+bus word it touches and the bytes outside it are not written.
 The instruction finishes the cycle after its last beat was sent; ``x_size = 0`` or
 ``y_size = 0`` finishes at ``s + 1``.
 """
@@ -27,8 +27,8 @@ from vtakit.vta_hw.timing_facts import NOP_CYCLES, STORE_SETUP_CYCLES, TOKEN_POP
 
 __all__ = ["Store"]
 
-# The request path below asks for the first burst the cycle after the start (row_requests with
-# comb=False): the OUT buffer's registered read; empty STOREs finish the cycle after the start.
+# The request path below (row_requests) asks for the first burst the cycle after the start, as
+# the OUT buffer's read is registered; empty STOREs finish the cycle after the start.
 assert STORE_SETUP_CYCLES == 1, "Store requests its first burst at s + 1"
 assert NOP_CYCLES == 1, "Store finishes an empty STORE at s + 1"
 
@@ -103,7 +103,7 @@ class Store(wiring.Component):
 
         # ---- request side (from s + 1) -------------------------------------------------------
         req, addr, beats = row_requests(
-            m, "sq", cfg, load=ctl.start, comb=False, active=x_any & y_any,
+            m, "sq", cfg, load=ctl.start, active=x_any & y_any,
             a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
             grant=self.mem.grant)
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]

@@ -18,9 +18,9 @@ from vtakit.vta_hw.isa import MemType
 
 __all__ = [
     "PORT_PRIORITY", "READ_CLIENTS", "WRITE_CLIENT", "GEMM_PIPELINE_CYCLES",
-    "ALU_PIPELINE_CYCLES", "STORE_SETUP_CYCLES", "NOP_CYCLES", "PAD_ONLY_SETUP_CYCLES",
-    "LOAD_UNIT_MEMORY_TYPES", "TOKEN_POPS", "TOKEN_PUSHES", "n_uops", "gemm_cycles",
-    "alu_cycles", "pad_elems",
+    "ALU_PIPELINE_CYCLES", "LOAD_SETUP_CYCLES", "STORE_SETUP_CYCLES", "NOP_CYCLES",
+    "PAD_ONLY_SETUP_CYCLES", "LOAD_UNIT_MEMORY_TYPES", "TOKEN_POPS", "TOKEN_PUSHES", "n_uops",
+    "gemm_cycles", "alu_cycles", "pad_elems",
 ]
 
 #: Clients of the shared memory port, highest priority first (§2): fetch (instruction reads),
@@ -37,6 +37,11 @@ GEMM_PIPELINE_CYCLES = 5
 #: The same for ALU instructions: ``s + n + 5`` with an immediate, ``s + 2n + 5`` with a tensor
 #: operand (one issue every two cycles, the last at ``s + 2n - 1``).
 ALU_PIPELINE_CYCLES = 5
+#: Cycles between the start of a LOAD that reads DRAM (``x_size > 0``, ``y_size > 0``) and its
+#: first memory-port request: the request comes from the read DMA's registers, not from the
+#: start cycle's choice of instruction (take, tokens, start, request and the port's grant
+#: would otherwise all fall in one cycle, across the core: the ECP5 clock).
+LOAD_SETUP_CYCLES = 1
 #: Cycles between a STORE's start and its first memory-port request: the OUT buffer is a block
 #: RAM with a registered read port, so the first beat's data exists one cycle after the start.
 STORE_SETUP_CYCLES = 1

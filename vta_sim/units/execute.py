@@ -13,6 +13,7 @@ import numpy as np
 
 from vtakit.vta_hw.isa import MemType, Opcode
 from vtakit.vta_hw.timing_facts import (
+    LOAD_SETUP_CYCLES,
     NOP_CYCLES,
     PAD_ONLY_SETUP_CYCLES,
     STORE_SETUP_CYCLES,
@@ -55,8 +56,9 @@ def _mem_insn(run: TimedRun, name: str, proc: Proc,
                                 memory.row_starts(insn["dram_base"], y, insn["x_stride"], eb))
     beats = memory.total_beats(starts, nbytes, cfg.bus_bytes)
     if beats:
-        if write:  # one cycle to read the first OUT element before the port may take it
-            yield ("delay", STORE_SETUP_CYCLES)
+        # the first request: a STORE's once the first OUT element is read (a registered
+        # block RAM), a LOAD's from its DMA's registers
+        yield ("delay", STORE_SETUP_CYCLES if write else LOAD_SETUP_CYCLES)
         yield ("xfer", Transfer(name, write, starts, nbytes, beats, proc))
     else:  # y_size == 0: a STORE is a NOP, a LOAD writes only its padding
         yield ("delay", NOP_CYCLES if write else PAD_ONLY_SETUP_CYCLES)
