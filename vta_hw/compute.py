@@ -262,8 +262,8 @@ class Compute(wiring.Component):
         #   t+4  write ACC and OUT from the result register  [t+5]
         # A word from the ACC RAM misses the results written in its read cycle and later: it is
         # patched with the write of the previous cycle (whether the read hit it is registered
-        # with it) and, on the registered datapath, with the result being written in its
-        # arrival cycle; the result computed then it takes from r_reg in the next cycle.
+        # with it) and, on the registered datapath, newer first, with the result being
+        # computed and the result being written in its arrival cycle.
         m.d.comb += self.uop_r_addr.eq(u_d)
         uop = data.View(lays.uop, self.uop_r_data[0])
         isrc = Signal(src_w)
@@ -318,34 +318,24 @@ class Compute(wiring.Component):
             # X: the iteration the ALU works on in this cycle; W: the one written
             x_v, w_v = Signal(), Signal()
             x_a, w_a = Signal(lay_a), Signal(lay_a)
-            # The ALU's operands are registers. A word is patched on arrival with the result
-            # being written (W) and, if it needs the one being computed (X), takes that from
-            # r_reg in the next cycle: the ALU's result runs into r_reg only, with no
-            # multiplexer of the arriving word behind it.
             operand = Signal(cfg.acc_elem_bits)
-            fx_a = Signal()  # the operand is the result in r_reg
-            # the second operand: a tensor ALU's source word (loaded when it arrives, its
-            # X patch in the next cycle, before the ALU uses it), else the immediate or the
-            # adder tree's sums of the cycle before (is_alu and tensor hold from s + 1 to the
-            # finish: the ALU's cycles and the one before them)
+            # the ALU's second operand, one register: a tensor ALU's source word (loaded when
+            # it arrives), else the immediate or the adder tree's sums of the cycle before
+            # (is_alu and tensor hold from s + 1 to the finish, the ALU's cycles and the one
+            # before them), so the multiplier's inputs are registers
             operand_b = Signal(cfg.acc_elem_bits, reset_less=True)
-            fx_b = Signal()
             r_reg = Signal(cfg.acc_elem_bits)
-            w_patched = Signal(cfg.acc_elem_bits)
-            x_hit = Signal()
-            m.d.comb += [w_patched.eq(Mux(w_v & (w_a == d_a), r_reg, ram_word)),
-                         x_hit.eq(x_v & (x_a == d_a))]
+            fwd = Signal(cfg.acc_elem_bits)
+            m.d.comb += fwd.eq(Mux(x_v & (x_a == d_a), x_res,
+                                   Mux(w_v & (w_a == d_a), r_reg, ram_word)))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
                          r_reg.eq(x_res)]
             with m.If(d_op):
-                m.d.sync += [operand.eq(w_patched), fx_a.eq(x_hit)]
+                m.d.sync += operand.eq(fwd)
             with m.If(~tensor):
-                m.d.sync += [operand_b.eq(Mux(is_alu, imm_vec, gemm.sums)), fx_b.eq(0)]
+                m.d.sync += operand_b.eq(Mux(is_alu, imm_vec, gemm.sums))
             with m.Elif(d_src):
-                m.d.sync += [operand_b.eq(w_patched), fx_b.eq(x_hit)]
-            with m.Elif(fx_b):
-                m.d.sync += [operand_b.eq(r_reg), fx_b.eq(0)]
-            operand = Mux(fx_a, r_reg, operand)
+                m.d.sync += operand_b.eq(fwd)
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         m.d.comb += [
             alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),
