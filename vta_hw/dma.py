@@ -2,7 +2,8 @@
 a 2-D strided transfer from DRAM into an SRAM with zero padding (docs/timing.md §2, §4).
 
 Request side: rows in order, each row's bus words ``floor(a/W) .. floor((a+n-1)/W)`` cut into
-bursts at multiples of ``M`` beats; the first burst is requested in the start cycle ``s``.
+bursts at multiples of ``M`` beats; the first burst is requested at ``s + 1``
+(``LOAD_SETUP_CYCLES``), from registers loaded at the start cycle ``s``.
 Receive side: the beats come back in the same order; each completes elements that are written
 to the target SRAM in the cycle the beat arrives (one element per beat-lane when elements are
 smaller than a beat, one element per ``E/W`` beats otherwise). The transfer finishes at ``F``,
