@@ -1,6 +1,10 @@
 """The read DMA shared by the load unit (INP, WGT) and the compute unit (UOP, ACC, ACC_8BIT):
 a 2-D strided transfer from DRAM into an SRAM with zero padding (docs/timing.md §2, §4).
 
+The start cycle ``s`` reads the candidate instruction only to load the request side's
+registers and to finish a block with ``x_size = 0`` at ``s + 1``; from ``s + 1`` (the setup
+cycle) everything reads the unit's instruction register, so no path runs from the start
+cycle's choice of instruction (take, tokens, start) into the receive side.
 Request side: rows in order, each row's bus words ``floor(a/W) .. floor((a+n-1)/W)`` cut into
 bursts at multiples of ``M`` beats; the first burst is requested at ``s + 1``
 (``LOAD_SETUP_CYCLES``), from registers loaded at the start cycle ``s``.
@@ -9,8 +13,8 @@ to the target SRAM in the cycle the beat arrives (one element per beat-lane when
 smaller than a beat, one element per ``E/W`` beats otherwise). The transfer finishes at ``F``,
 the cycle after its last beat; the padding elements are then written one per cycle, at
 ``F .. F+P-1``, and the instruction finishes at ``F + P`` (``finish`` is high in that cycle).
-Padding of a block with ``y_size = 0`` starts at ``s + 1``; ``x_size = 0`` finishes at
-``s + 1``. The padding is written as contiguous SRAM segments, in this order: the last row's
+Padding of a block with ``y_size = 0`` is chosen in the setup cycle and starts at ``s + 2``
+(``PAD_ONLY_SETUP_CYCLES``); ``x_size = 0`` finishes at ``s + 1``. The padding is written as contiguous SRAM segments, in this order: the last row's
 right pad with the bottom rows, the top rows with the first row's left pad, and the gaps
 between consecutive data rows (right pad + next left pad). (The order is not observable: data
 effects take place at the finish cycle, docs/timing.md §4.)
@@ -49,8 +53,9 @@ __all__ = ["ReadDMA", "ElemSizes", "row_requests", "lanes_of", "IDX_BITS", "ADDR
 
 IDX_BITS = isa.SRAM_ADDR_BITS  # SRAM element indices on the units' ports (sram_base's width)
 
-# The padding of a block without data rows starts the cycle after the start (from_start below).
-assert PAD_ONLY_SETUP_CYCLES == 1, "ReadDMA starts a padding-only block at s + 1"
+# The padding of a block without data rows is chosen in the setup cycle s + 1 (from_start below)
+# and written from s + 2.
+assert PAD_ONLY_SETUP_CYCLES == 2, "ReadDMA starts a padding-only block at s + 2"
 # row_requests asks for the first burst the cycle after the start
 assert LOAD_SETUP_CYCLES == 1, "ReadDMA requests its first burst at s + 1"
 
@@ -186,12 +191,12 @@ class ReadDMA(wiring.Component):
         The instruction on ``insn`` starts in this cycle (a LOAD whose ``memory_type`` is one
         of ``targets``).
     insn : In
-        The instruction; it must stay on ``insn`` from ``start`` to the cycle before
-        ``finish`` (the units' control holds it in a register).
+        The instruction, read in the ``start`` cycle only (the command queue's head or the
+        unit's register: the candidate).
     insn_reg : In
-        The same instruction from the cycle after ``start`` on: the unit's instruction register
-        itself (what is formed after the start cycle then hangs off no path through the
-        start cycle's choice of instruction).
+        The same instruction from the cycle after ``start`` to the cycle before ``finish``:
+        the unit's instruction register itself (what is formed after the start cycle then
+        hangs off no path through the start cycle's choice of instruction).
     finish : Out
         High in the instruction's finish cycle.
     finish_next : Out
@@ -224,7 +229,11 @@ class ReadDMA(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
+        # the start cycle's instruction (the candidate) is read only there: for the request
+        # side's first row and whether the block has data at all; from s + 1 on everything
+        # reads the unit's instruction register
         cur = data.View(insn_layouts(cfg).mem, self.insn)
+        reg = data.View(insn_layouts(cfg).mem, self.insn_reg)
         W = cfg.bus_bytes
         lw = _log2(W)
         iw = self.idx_bits
@@ -232,22 +241,30 @@ class ReadDMA(wiring.Component):
         # x_pad_1) <= the buffer's depth (or x_size = 0), so sizes and counts fit idx_bits + 1
         # bits; the zero tests use the whole fields.
         nb = iw + 1
-        x_any, y_any = cur.x_size != 0, cur.y_size != 0
-        x, y = cur.x_size[:nb], cur.y_size[:nb]
-        x0, x1, y0, y1 = cur.x_pad_0, cur.x_pad_1, cur.y_pad_0, cur.y_pad_1
-        sizes = ElemSizes.build(m, cfg, cur.memory_type, self.targets, x, "dma")
+        x_any, y_any = reg.x_size != 0, reg.y_size != 0
+        x, y = reg.x_size[:nb], reg.y_size[:nb]
+        x0, x1, y0, y1 = reg.x_pad_0, reg.x_pad_1, reg.y_pad_0, reg.y_pad_1
+        sizes = ElemSizes.build(m, cfg, reg.memory_type, self.targets, x, "dma")
         stride = Signal(ADDR_BITS)
-        m.d.comb += stride.eq(sizes.to_bytes(cur.x_stride))
+        m.d.comb += stride.eq(sizes.to_bytes(reg.x_stride))
         gap = Signal(5)  # padding between two data rows, x_pad_1 + x_pad_0
         m.d.comb += gap.eq(x0 + x1)
         cols = Signal(nb)  # x_pad_0 + x_size + x_pad_1 (one adder as wide as x_size)
         m.d.comb += cols.eq(x + gap)
 
+        # setup: the cycle after the start of a block with x_size > 0 (LOAD_SETUP_CYCLES,
+        # PAD_ONLY_SETUP_CYCLES): the receive side begins here, from the register
+        c_x_any = cur.x_size != 0
+        setup = Signal()
+        m.d.sync += setup.eq(self.start & c_x_any)
+
         # ---- request side ----------------------------------------------------------------
+        c_sizes = ElemSizes.build(m, cfg, cur.memory_type, self.targets, cur.x_size[:nb],
+                                  "dma_start")
         req, addr, beats = row_requests(
-            m, "rq", cfg, load=self.start, active=x_any & y_any,
-            a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
-            grant=self.mem.grant)
+            m, "rq", cfg, load=self.start, active=c_x_any & (cur.y_size != 0),
+            a0=c_sizes.to_bytes(cur.dram_base), rows=cur.y_size[:nb], stride=stride,
+            rem1=sizes.rem1, grant=self.mem.grant)
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- receive side ----------------------------------------------------------------
@@ -257,7 +274,7 @@ class ReadDMA(wiring.Component):
         m.d.comb += ph_next.eq(ph)
         m.d.sync += ph.eq(ph_next)
         m.d.comb += [self.finish.eq(ph == FIN), self.finish_next.eq(ph_next == FIN),
-                     self.active.eq(ph != IDLE)]
+                     self.active.eq((ph != IDLE) | setup)]
         beat = self.mem.rd_valid & (ph == XFER)
         pad_en = ph == PAD
         r_first = Signal()  # the next beat is the first of a row
@@ -314,7 +331,7 @@ class ReadDMA(wiring.Component):
             le = _log2(eb)
             port = self.writes[t]
             en, dat = port.en, port.data
-            mine = cur.memory_type == t
+            mine = reg.memory_type == t
             m.d.comb += port.addr.eq(w_reg)
             if eb >= W:
                 k = eb // W
@@ -355,7 +372,7 @@ class ReadDMA(wiring.Component):
         # where the next segment is chosen: before the first one (after the last data beat,
         # or at the start of a block without data rows), or at the end of the current one
         from_start = Signal()
-        m.d.comb += from_start.eq((self.start & x_any & ~y_any)
+        m.d.comb += from_start.eq((setup & ~y_any)
                                   | (last_row & ((x0 | x1 | y0 | y1) != 0)))
         seg_done = Signal()
         m.d.comb += seg_done.eq(pad_en & (p_cnt == 1) & (p_rows == 0))
@@ -375,16 +392,16 @@ class ReadDMA(wiring.Component):
                 m.d.comb += [n_partial.eq(x1), n_rows.eq(y1)]
             with m.Case(TOP):
                 m.d.comb += [n_partial.eq(top_partial), n_rows.eq(top_rows),
-                             n_idx.eq(cur.sram_base)]
+                             n_idx.eq(reg.sram_base)]
             with m.Default():
                 # the gap after a row's data: after the previous gap or the TOP segment (which
                 # ends at row 0), or (no TOP segment) after row 0 at sram_base
-                skip_from = Mux(at[TOP] | at[MID], w_next, cur.sram_base)
+                skip_from = Mux(at[TOP] | at[MID], w_next, reg.sram_base)
                 m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
         # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
         enter_mid = choose & to_mid
         rows_dec = (beat & last & (r_rows != 1)) | (enter_mid & at[MID])
-        m.d.sync += r_rows.eq(Mux(self.start | (enter_mid & ~at[MID]), y, r_rows - rows_dec))
+        m.d.sync += r_rows.eq(Mux(setup | (enter_mid & ~at[MID]), y, r_rows - rows_dec))
         with m.If(ph == FIN):  # before the assignments below: a start may follow at once
             m.d.comb += ph_next.eq(IDLE)
         with m.If(pad_en):
@@ -406,38 +423,20 @@ class ReadDMA(wiring.Component):
         with m.If(last_row & ~from_start):
             m.d.comb += ph_next.eq(FIN)
 
-        # a new instruction (possibly starting in the previous one's finish cycle): the first
-        # beat's lane 0 is at sram_base + y_pad_0 * cols + x_pad_0 - (its first lane). With
-        # L >= 2 no beat arrives before s + 1 + L >= s + 3, so the index is formed at s + 1
-        # from the unit's instruction register, off the start cycle's path (the queue, the
-        # tokens, the start)
-        def first_index(v, sz, off, n_cols):  # narrow x_pad_0 - lane first
-            lane0 = sz.pick(lambda le: lane_of(off, le))
-            return v.sram_base + (v.y_pad_0 * n_cols[:iw])[:iw] + (v.x_pad_0 - lane0)
-
-        late_first = cfg.mem_read_latency_cycles >= 2
-        off0 = sizes.to_bytes(cur.dram_base, lw)
-        if late_first:  # from the register (r_off holds off0 then), with its own size select
-            reg = data.View(insn_layouts(cfg).mem, self.insn_reg)
-            r_sizes = ElemSizes.build(m, cfg, reg.memory_type, self.targets, reg.x_size[:nb],
-                                      "dma_reg")
-            first = first_index(reg, r_sizes, r_off, reg.x_size[:nb] + reg.x_pad_0 + reg.x_pad_1)
-        else:
-            first = first_index(cur, sizes, off0, cols)
-        set_first = Signal()
-        with m.If(self.start):
+        # a new instruction may start in the previous one's finish cycle: the start cycle only
+        # decides whether there is anything to do (x_size = 0 finishes at s + 1)
+        with m.If(self.start & ~c_x_any):
+            m.d.comb += ph_next.eq(FIN)
+        # setup (s + 1): the first beat arrives at s + 1 + L >= s + 2, its lane 0 at
+        # sram_base + y_pad_0 * cols + x_pad_0 - (its first lane), formed from the register
+        off0 = sizes.to_bytes(reg.dram_base, lw)
+        lane0 = sizes.pick(lambda le: lane_of(off0, le))
+        first = reg.sram_base + (reg.y_pad_0 * cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
+        with m.If(setup):
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]
             if k_max > 1:
                 m.d.sync += part.eq(0)
-            with m.If(~x_any):
-                m.d.comb += ph_next.eq(FIN)
-            with m.Elif(y_any):
+            with m.If(y_any):
                 m.d.comb += ph_next.eq(XFER)
-                if late_first:
-                    m.d.sync += set_first.eq(1)
-                else:
-                    m.d.sync += w_reg.eq(first[:iw])
-        if late_first:
-            with m.If(set_first):
-                m.d.sync += [w_reg.eq(first[:iw]), set_first.eq(0)]
+                m.d.sync += w_reg.eq(first[:iw])
         return m

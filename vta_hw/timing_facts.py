@@ -49,8 +49,11 @@ STORE_SETUP_CYCLES = 1
 #: or ALU with ``n = 0``, STORE with ``y_size = 0``.
 NOP_CYCLES = 1
 #: A LOAD with ``x_size > 0`` and ``y_size = 0`` moves no data and starts writing its padding
-#: this many cycles after its start (it finishes at ``s + 1 + P``).
-PAD_ONLY_SETUP_CYCLES = 1
+#: this many cycles after its start (it finishes at ``s + 2 + P``): the read DMA chooses the
+#: first padding segment in the cycle after the start, from the unit's instruction register
+#: (as it forms a transfer's first SRAM index), not from the start cycle's choice of
+#: instruction.
+PAD_ONLY_SETUP_CYCLES = 2
 
 #: LOADs of these memory types go to the load unit's command queue; every other LOAD (UOP, ACC,
 #: ACC_8BIT), GEMM, ALU and FINISH to the compute unit's, STORE to the store unit's (§3).

@@ -141,8 +141,8 @@ def start(s: dict, u: str, insn: dict, c: int, cfg: HwConfig, requests: dict) ->
             rows = insn["y_pad_0"] + y + insn["y_pad_1"]
             cols = insn["x_pad_0"] + x + insn["x_pad_1"]
             pad = rows * cols - x * y
-        if y == 0:
-            s["finish"] = c + 1 + pad
+        if y == 0:  # a LOAD's padding from s + 2 (chosen from the DMA's register at s + 1)
+            s["finish"] = (c + 1 if op == Opcode.STORE else c + 2 + pad)
             return
         rows_ = [((insn["dram_base"] + r * insn["x_stride"]) * eb, x * eb) for r in range(y)]
         s["xfer"] = Xfer(bursts_of(rows_, cfg.bus_bytes, cfg.mem_max_burst_beats),

@@ -36,6 +36,19 @@ def test_worked_example_a_padded_load():
     assert st.units["compute"].stall_cycles == 92 - 38
 
 
+@pytest.mark.parametrize("x, pads, finish", [
+    (2, (1, 1, 0, 0), 37 + 2 + 4),   # two whole padding rows of 2
+    (3, (0, 0, 1, 0), 37 + 2 + 0),   # x_pad_0 alone pads nothing without a data row
+    (1, (2, 0, 1, 1), 37 + 2 + 6),   # two rows of 1 + 1 + 1
+    (0, (1, 1, 1, 1), 37 + 1),       # x_size = 0: a NOP
+])
+def test_padding_only_load(x, pads, finish):
+    # fetch 36; LOAD taken and started at 37; a block with y_size = 0 writes its P padding
+    # elements from s + PAD_ONLY_SETUP_CYCLES = 39; FINISH right after it
+    st = run([load(MemType.INP, 0, 0, 0, x, pads=pads, push_next=1), FinishInsn(pop_prev=1)])
+    assert st.cycles == finish + 1
+
+
 def test_finish_alone():
     # fetch 2 beats -> 34, dispatch at 34, taken 35, finishes 36
     assert run([FinishInsn()]).cycles == 36
@@ -145,9 +158,9 @@ def test_state_persists_between_runs():
 
 
 def test_two_tokens_arriving_in_the_same_cycle_are_popped_once():
-    # GEMM pops l2g and s2g; a padding-only LOAD (41 -> 42..44) and a NOP STORE (43 -> 44)
-    # both push at 44; the GEMM runs 44 -> 45 and FINISH 45 -> 46.
-    pad_only = load(MemType.INP, 0, 0, 0, 1, pads=(1, 0, 0, 0), push_next=1)
+    # GEMM pops l2g and s2g; a LOAD with y_size = 0 and no padding (41 -> 43, s + 2) and a NOP
+    # STORE (43 -> 44) both push at 44; the GEMM runs 44 -> 45 and FINISH 45 -> 46.
+    pad_only = load(MemType.INP, 0, 0, 0, 1, push_next=1)
     prog = [GemmInsn(uop_bgn=0, uop_end=0, pop_prev=1, pop_next=1), pad_only,
             store(0, 0, 0, 0, push_prev=1), FinishInsn()]
     st = run(prog)

@@ -33,6 +33,7 @@ from vtakit.vta_hw.timing_facts import (
     ALU_PIPELINE_CYCLES,
     LOAD_SETUP_CYCLES,
     NOP_CYCLES,
+    PAD_ONLY_SETUP_CYCLES,
     STORE_SETUP_CYCLES,
     alu_cycles,
     gemm_cycles,
@@ -248,7 +249,7 @@ class _Timeline:
     def transfer(self, rows: int, row_bytes: int, pad: int = 0) -> int:
         """Cycles of a LOAD of `rows` rows of `row_bytes` and `pad` padding elements."""
         return (LOAD_SETUP_CYCLES + rows * self.beats(row_bytes) + self.latency + pad if rows
-                else NOP_CYCLES + pad)
+                else PAD_ONLY_SETUP_CYCLES + pad)
 
     def store(self, rows: int, row_bytes: int) -> int:
         return STORE_SETUP_CYCLES + rows * self.beats(row_bytes)
