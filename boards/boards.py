@@ -17,9 +17,10 @@ name              part              preset clock    oscillator   core's DRAM
 
 Memory sizes: the ECP5-85F has 208 DP16KD (18 kbit, 2 KiB of a 64-bit bus each); the ``ecp5``
 core's buffers take 94 and the SoC's read-data delay line 2, so 96 blocks (192 KiB) serve as
-DRAM and 16 stay free. The UP5K's 30 EBRs go to the core (24) and the bridge (2); its four
-128-kbit SPRAMs (single-ported, which the one-beat-per-cycle memory model allows) are the DRAM,
-read with the ``ice40`` preset's one-cycle latency (no delay line).
+DRAM and 16 stay free (the opt-in ``ecp5-16x16`` core's buffers take 104: 6 stay free). The
+UP5K's 30 EBRs go to the core (24) and the bridge (2); its four 128-kbit SPRAMs
+(single-ported, which the one-beat-per-cycle memory model allows) are the DRAM, read with the
+``ice40`` preset's one-cycle latency (no delay line).
 """
 
 from __future__ import annotations
@@ -128,6 +129,13 @@ class Board:
         Where the processing system sees the core's registers (Zynq: in the M_AXI_GP0 range).
     notes : str
         One line for ``report.txt`` and the docs.
+    dsp_blocks : int
+        The part's multiplier blocks (MULT18X18D, SB_MAC16; 0: not counted). A core whose GEMM
+        has more products than the blocks left beside its ALU builds the rest as multipliers
+        in logic (:meth:`gemm_dsp_products`).
+    ram_bytes : int
+        The part's block RAM (data bytes; 0: not checked): a configuration whose buffers and
+        DRAM need more is refused before synthesis (:meth:`check_config`).
     """
 
     name: str
@@ -152,6 +160,8 @@ class Board:
     vivado_boards: tuple[str, ...] = ()
     csr_base: int | None = None
     notes: str = ""
+    dsp_blocks: int = 0
+    ram_bytes: int = 0
 
     def __post_init__(self) -> None:
         unknown = set(self.leds) - set(STATUS_LEDS)
@@ -163,6 +173,54 @@ class Board:
                 raise ValueError(f"Board {self.name}: LED of {state!r} is {where!r} (expected "
                                  f"(resource, number) or (resource, number, subsignal))")
         object.__setattr__(self, "leds", MappingProxyType(dict(self.leds)))
+
+    def gemm_dsp_products(self, cfg) -> int | None:
+        """How many of ``cfg``'s GEMM products go to DSP blocks (the first whole output lanes;
+        :class:`~vtakit.vta_hw.top.Core`'s ``dsp_products``), or None for all of them: the
+        part's blocks less three per ALU lane (its MUL's low word) and four for the rest of the
+        core (the read DMAs' first-row products)."""
+        products = cfg.batch * cfg.block_out * cfg.block_in
+        if not self.dsp_blocks:
+            return None
+        free = self.dsp_blocks - 3 * cfg.batch * cfg.block_out - 4
+        if products <= free:
+            return None
+        return max(0, free) // cfg.block_in * cfg.block_in
+
+    def _ram_need(self, cfg) -> tuple[dict[str, int], int]:
+        bufs = {"UOP": cfg.uop_buff_bytes, "INP": cfg.inp_buff_bytes, "WGT": cfg.wgt_buff_bytes,
+                "ACC": cfg.acc_buff_bytes, "OUT": cfg.out_buff_bytes}
+        dram = self.memory.size_bytes if self.memory.kind == "bram" else 0
+        return bufs, dram
+
+    def check_config(self, cfg, name: str = "custom") -> None:
+        """``ValueError`` when ``cfg``'s buffers and the board's DRAM cannot fit the part's
+        block RAM (a lower bound: block widths round the buffers up), naming the presets that
+        fit."""
+        if not self.ram_bytes:
+            return
+        bufs, dram = self._ram_need(cfg)
+        need = sum(bufs.values()) + dram
+        if need <= self.ram_bytes:
+            return
+        from vtakit.vta_hw.config import PRESETS
+
+        fits = [n for n, c in PRESETS.items() if sum(self._ram_need(c)[0].values()) + dram
+                <= self.ram_bytes]
+        same = [n for n in fits if (PRESETS[n].batch, PRESETS[n].block_in, PRESETS[n].block_out,
+                                    PRESETS[n].inp_width_bits, PRESETS[n].wgt_width_bits,
+                                    PRESETS[n].acc_width_bits)
+                == (cfg.batch, cfg.block_in, cfg.block_out, cfg.inp_width_bits,
+                    cfg.wgt_width_bits, cfg.acc_width_bits)]
+        parts = ", ".join(f"{k} {v // 1024} KiB" for k, v in bufs.items())
+        raise ValueError(
+            f"config {name} ({cfg.bitstream_name}) does not fit board {self.name}: its buffers "
+            f"take {sum(bufs.values()) // 1024} KiB of block RAM ({parts})"
+            + (f" and the board's DRAM {dram // 1024} KiB" if dram else "")
+            + f", {need // 1024} KiB in all; the part has {self.ram_bytes // 1024} KiB "
+            f"(presets that fit: {', '.join(fits) or 'none'})"
+            + (f"; the same {cfg.batch}x{cfg.block_in}x{cfg.block_out} core with buffers that "
+               f"fit: {', '.join(same)}" if same else ""))
 
     def target_mhz(self, cfg_clock_mhz: float) -> float:
         """The core's clock on this board for a configuration whose ``clock_mhz`` is given."""
@@ -196,6 +254,7 @@ class Board:
 
 
 _ECP5_85F_DRAM = BoardMemory("bram", 192 * 1024, blocks=96)
+_ECP5_85F_EBR_BYTES = 208 * 2048  # 208 DP16KD, 2 KiB of data each at the widths used
 
 BOARDS: dict[str, Board] = {b.name: b for b in (
     Board(
@@ -206,7 +265,7 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         leds={"running": ("led_g", 0), "fault": ("led_r", 0), "done": ("led_g", 1),
               "frame_error": ("led_r", 1)},
         extra_resources=("break_off_pmod",),
-        memory=BoardMemory("spram", 128 * 1024, blocks=4),
+        memory=BoardMemory("spram", 128 * 1024, blocks=4), dsp_blocks=8, ram_bytes=30 * 512,
         programmer="ice40_generic", bitstream_suffix=".bin",
         notes="UART through the FT2232H's second channel (the board's USB port)"),
     Board(
@@ -215,7 +274,8 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         preset="ecp5", oscillator=("clk25", 25e6), clock_mhz=None, uart=("uart", 0),
         leds={"running": ("led", 0), "done": ("led", 1), "fault": ("led", 2),
               "frame_error": ("led", 3)},
-        memory=_ECP5_85F_DRAM, programmer="ulx3s", bitstream_suffix=".bit",
+        memory=_ECP5_85F_DRAM, dsp_blocks=156, ram_bytes=_ECP5_85F_EBR_BYTES,
+        programmer="ulx3s", bitstream_suffix=".bit",
         notes="UART through the FT231X (the US1 USB port)"),
     Board(
         name="orangecrab-85f", title="Good Stuff Department OrangeCrab r0.2 with an LFE5U-85F",
@@ -224,7 +284,8 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         uart_pins=("io", "0", "1"),
         leds={"running": ("rgb_led", 0, "g"), "done": ("rgb_led", 0, "b"),
               "fault": ("rgb_led", 0, "r")},
-        memory=_ECP5_85F_DRAM, programmer="orangeCrab", bitstream_suffix=".bit",
+        memory=_ECP5_85F_DRAM, dsp_blocks=156, ram_bytes=_ECP5_85F_EBR_BYTES,
+        programmer="orangeCrab", bitstream_suffix=".bit",
         optional_tools=("dfu-suffix",),
         notes="no USB-serial chip: a 3.3 V USB-serial adapter on the Feather header (RX on "
               "pin 0, TX on pin 1); the core runs at the 48 MHz oscillator's clock"),

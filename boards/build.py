@@ -246,6 +246,9 @@ def _report_text(rep: dict) -> str:
              + (" through a PLL" if rep["clock"]["pll"] else ""),
              f"memory     {rep['memory']['size_bytes'] // 1024} KiB of {rep['memory']['kind']} "
              f"as the core's DRAM",
+             *([f"gemm       {rep['gemm']['dsp_products']} products in DSP blocks, "
+                f"{rep['gemm']['logic_products']} Booth multipliers in logic"]
+               if rep.get("gemm", {}).get("logic_products") else []),
              f"seed       {rep['seed']}",
              "", f"{'resource':<10} {'used':>7} {'of':>7} {'%':>6}  unit"]
     for key, u in rep["utilization"].items():
@@ -285,7 +288,9 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     amaranth-boards or a YoWASP tool is missing (saying what to pip install),
     :class:`BuildError` when a step fails (with the line of its log that says why) and
     :class:`TimingError` when a clock misses its target (unless ``allow_timing_failure``);
-    ``ValueError`` for an unknown board or a seed that is not a non-negative int.
+    ``ValueError`` for an unknown board, a seed that is not a non-negative int, or a
+    configuration whose buffers and DRAM cannot fit the board's block RAM
+    (:meth:`~vtakit.boards.boards.Board.check_config`).
     """
     say = progress or (lambda line: None)
     b = board(board_name)
@@ -297,6 +302,8 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
     cfg = _config_for(b, config)
+    cfg_name = next((n for n in _preset_names() if preset(n) == cfg), "custom")
+    b.check_config(cfg, cfg_name)
     try:
         plat = b.make_platform()
     except ImportError as err:
@@ -311,7 +318,6 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     out.mkdir(parents=True, exist_ok=True)
     top = BoardTop(b, cfg, bridge_factory=bridge_factory)
     target_mhz = top.clk_hz / 1e6
-    cfg_name = next((n for n in _preset_names() if preset(n) == cfg), "custom")
     say(f"{_clock_line(0)} {b.name}: config {cfg_name} ({cfg.bitstream_name}, hash {cfg.hash}),"
         f" {target_mhz:g} MHz"
         + (f" (PLL from {b.oscillator[1] / 1e6:g} MHz)" if top.pll else "")
@@ -376,6 +382,8 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         design = data.get("design") or next(iter(data["modules"].values()))
         stat = design.get("num_cells_by_type", {})
     part = f"{plat.device}-{plat.package}"
+    memory, dsp = b.memory, b.gemm_dsp_products(cfg)
+    products = cfg.batch * cfg.block_out * cfg.block_in
     rep = {
         "board": b.name, "title": b.title, "part": part, "family": b.family,
         "config": {"name": cfg_name, "bitstream_name": cfg.bitstream_name, "hash": cfg.hash,
@@ -384,7 +392,9 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         "clock": {"target_mhz": round(target_mhz, 4), "oscillator_mhz": b.oscillator[1] / 1e6,
                   "pll": None if top.pll is None else {
                       k: v for k, v in vars(top.pll).items() if k != "f_in_hz"}},
-        "memory": {"kind": b.memory.kind, "size_bytes": b.memory.size_bytes},
+        "memory": {"kind": memory.kind, "size_bytes": memory.size_bytes},
+        "gemm": {"dsp_products": products if dsp is None else dsp,
+                 "logic_products": 0 if dsp is None else products - dsp},
         "baud": b.baud,
         **read_report(npr, b.family, target_mhz, stat),
         "yosys_cells": stat,

@@ -356,6 +356,8 @@ class Soc(wiring.Component):
         Makes the bridge; None: :class:`vtakit.boards.bridge.UartBridge`.
     mem_init : Sequence[int]
         Initial bus words of the memory (simulation).
+    dsp_products : int or None
+        :class:`~vtakit.vta_hw.top.Core`'s (GEMM products for DSP blocks; None: all).
 
     Attributes
     ----------
@@ -373,13 +375,13 @@ class Soc(wiring.Component):
 
     def __init__(self, cfg: HwConfig, *, clk_hz: int, baud: int, mem_bytes: int,
                  mem_kind: str = "bram", bridge_factory: BridgeFactory | None = None,
-                 mem_init: Sequence[int] = ()):
+                 mem_init: Sequence[int] = (), dsp_products: int | None = None):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"Soc: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg.validate()
         self.clk_hz = _positive_int("Soc", "clk_hz", clk_hz)
         self.baud = _positive_int("Soc", "baud", baud)
-        self.core = Core(cfg)
+        self.core = Core(cfg, dsp_products=dsp_products)
         self.csr = CsrBlock(cfg)
         self.memory = BurstMemory(cfg, mem_bytes, mem_kind, mem_init)
         factory = bridge_factory or _default_bridge
@@ -546,7 +548,8 @@ class BoardTop(Elaboratable):
         board = self.board
         soc = self.soc = Soc(self.cfg, clk_hz=round(self.clk_hz), baud=board.baud,
                              mem_bytes=board.memory.size_bytes, mem_kind=board.memory.kind,
-                             bridge_factory=self.bridge_factory)
+                             bridge_factory=self.bridge_factory,
+                             dsp_products=board.gemm_dsp_products(self.cfg))
         m.submodules.soc = soc
         uart = platform.request(*board.uart, dir="-")
         rx = m.submodules.rx_buffer = io.Buffer("i", uart.rx)

@@ -57,7 +57,7 @@ def test_config_errors():
     result = run("config", "show", "pynq")
     assert result.exit_code == 2
     assert "unknown hardware configuration 'pynq'" in result.output
-    assert "default, ecp5, ice40, large" in result.output
+    assert "default, ecp5, ecp5-16x16, ice40, large" in result.output
 
 
 def test_config_file_errors(tmp_path):

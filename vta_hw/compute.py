@@ -33,7 +33,7 @@ from vtakit.vta_hw.alu import TensorAlu, compact_datapath
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.control import command_member, unit_control
 from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
-from vtakit.vta_hw.gemm import GemmCore
+from vtakit.vta_hw.gemm import GemmCore, check_dsp_products
 from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
 from vtakit.vta_hw.layouts import insn_layouts
@@ -72,6 +72,9 @@ class Compute(wiring.Component):
     Parameters
     ----------
     cfg : HwConfig
+    dsp_products : int or None
+        :class:`~vtakit.vta_hw.gemm.GemmCore`'s: GEMM products written for DSP blocks (the
+        others are multipliers in logic); None: all of them.
 
     Attributes
     ----------
@@ -89,10 +92,12 @@ class Compute(wiring.Component):
         (:class:`~vtakit.vta_hw.control.UnitControl`), for the core's deadlock detection.
     """
 
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, dsp_products: int | None = None):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"Compute: cfg must be an HwConfig, got {type(cfg).__name__}")
+        check_dsp_products(dsp_products, "Compute")
         self.cfg = cfg
+        self.dsp_products = dsp_products
         self.compact = compact_datapath(cfg)
         ru = lanes_of(cfg, MemType.UOP)
         ra = max(lanes_of(cfg, MemType.ACC), lanes_of(cfg, MemType.ACC_8BIT))
@@ -284,7 +289,7 @@ class Compute(wiring.Component):
         m.d.comb += ram_word.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
 
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
-        gemm = m.submodules.gemm = GemmCore(cfg)
+        gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products)
         alu = m.submodules.alu = TensorAlu(cfg)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)

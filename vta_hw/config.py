@@ -420,6 +420,15 @@ PRESETS: dict[str, HwConfig] = {
     "ecp5": HwConfig(log_block_in=3, log_block_out=3, log_uop_buff_size=14,
                      log_inp_buff_size=14, log_wgt_buff_size=16, log_acc_buff_size=16,
                      clock_mhz=50, cmd_queue_depth=128, dep_queue_depth=64),
+    # default's arithmetic (1x16x16, int8/int32, 64-bit bus) on the ECP5-85F, an opt-in board
+    # build (docs/boards.md). default's 480 KiB of buffers exceed the part's 416 KiB of EBR;
+    # these take the widths' natural depths: a WGT tile is 2048 bits wide, 57 EBRs of 512
+    # entries, so 512 tiles (128 KiB) cost what 256 would; ACC 512 rows (32 KiB, 15 EBRs).
+    # 256 products against 156 MULT18X18D: the board builds part of the GEMM core as Booth
+    # multipliers in logic (vta_hw/gemm.py).
+    "ecp5-16x16": HwConfig(log_uop_buff_size=14, log_inp_buff_size=14, log_wgt_buff_size=17,
+                           log_acc_buff_size=15, clock_mhz=50, cmd_queue_depth=128,
+                           dep_queue_depth=64),
     # Lattice iCE40 UP5K (5,280 LCs, 8 SB_MAC16, 30 x 4-kbit EBR, 4 single-port SPRAMs). The
     # buffers need a read and a write port in the same cycle (the GEMM pipeline, load/store
     # overlapping compute), so they live in EBR, not SPRAM: 2 KiB UOP (512 micro-ops) + 2 KiB

@@ -14,9 +14,10 @@ smaller than a beat, one element per ``E/W`` beats otherwise). The transfer fini
 the cycle after its last beat; the padding elements are then written one per cycle, at
 ``F .. F+P-1``, and the instruction finishes at ``F + P`` (``finish`` is high in that cycle).
 Padding of a block with ``y_size = 0`` is chosen in the setup cycle and starts at ``s + 2``
-(``PAD_ONLY_SETUP_CYCLES``); ``x_size = 0`` finishes at ``s + 1``. The padding is written as contiguous SRAM segments, in this order: the last row's
-right pad with the bottom rows, the top rows with the first row's left pad, and the gaps
-between consecutive data rows (right pad + next left pad). (The order is not observable: data
+(``PAD_ONLY_SETUP_CYCLES``); ``x_size = 0`` finishes at ``s + 1``. The padding is written as
+contiguous SRAM segments, in this order: the last row's right pad with the bottom rows, the
+top rows with the first row's left pad, and the gaps between consecutive data rows (right pad
++ next left pad). (The order is not observable: data
 effects take place at the finish cycle, docs/timing.md §4.)
 
 Area (the iCE40 preset has to fit 5,280 logic cells): DRAM addresses are walked as one 32-bit
@@ -241,7 +242,7 @@ class ReadDMA(wiring.Component):
         # x_pad_1) <= the buffer's depth (or x_size = 0), so sizes and counts fit idx_bits + 1
         # bits; the zero tests use the whole fields.
         nb = iw + 1
-        x_any, y_any = reg.x_size != 0, reg.y_size != 0
+        y_any = reg.y_size != 0
         x, y = reg.x_size[:nb], reg.y_size[:nb]
         x0, x1, y0, y1 = reg.x_pad_0, reg.x_pad_1, reg.y_pad_0, reg.y_pad_1
         sizes = ElemSizes.build(m, cfg, reg.memory_type, self.targets, x, "dma")

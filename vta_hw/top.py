@@ -21,6 +21,7 @@ from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.dma import lanes_of
 from vtakit.vta_hw.faults import DEADLOCK_QUIET_CYCLES, FAULT_BITS, Fault
 from vtakit.vta_hw.fetch import Fetch
+from vtakit.vta_hw.gemm import check_dsp_products
 from vtakit.vta_hw.interfaces import ADDR_BITS
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.load import Load
@@ -43,15 +44,22 @@ class Core(wiring.Component):
     Parameters
     ----------
     cfg : HwConfig
+    dsp_products : int or None
+        How many of the GEMM core's ``batch * block_out * block_in`` products are written for
+        DSP blocks; the others are Booth multipliers in logic (:mod:`~vtakit.vta_hw.gemm`: a
+        core with more products than the part has multiplier blocks). None: all of them. The
+        results and cycle counts are the same either way.
 
     After a fault the units may still hold instructions of the failed run: reset the core
     (its ``sync`` domain; the buffers keep their contents) before the next ``start``.
     """
 
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, *, dsp_products: int | None = None):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"Core: cfg must be an HwConfig, got {type(cfg).__name__}")
+        check_dsp_products(dsp_products, "Core")
         self.cfg = cfg.validate()
+        self.dsp_products = dsp_products
         mb, bus = cfg.mem_max_burst_beats, cfg.bus_width_bits
         # The memory ports are flat (``mem_rd_valid``, ...), not a MemBusSignature member
         # (``mem__rd_valid``): the Verilog port names are the interface of docs/hardware.md
@@ -76,7 +84,7 @@ class Core(wiring.Component):
         port = m.submodules.mem_port = MemPort(cfg)
         fetch = m.submodules.fetch = Fetch(cfg)
         load = m.submodules.load = Load(cfg)
-        compute = m.submodules.compute = Compute(cfg)
+        compute = m.submodules.compute = Compute(cfg, self.dsp_products)
         store = m.submodules.store = Store(cfg)
         load_q = m.submodules.load_queue = CmdQueue(cfg.cmd_queue_depth)
         compute_q = m.submodules.compute_queue = CmdQueue(cfg.cmd_queue_depth)

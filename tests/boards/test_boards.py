@@ -160,3 +160,40 @@ def test_ecp5_pll_agrees_with_ecppll(f):
     got = [int(v) for v in re.findall(r"(?:Refclk|Feedback|clkout0) divisor: (\d+)", out)]
     p = ecp5_pll(*f)
     assert got == [p.clki_div, p.clkfb_div, p.clkop_div]
+
+
+def test_gemm_products_beyond_the_parts_multipliers_go_to_logic():
+    ulx3s, ice = board("ulx3s-85f"), board("icebreaker")
+    assert ulx3s.gemm_dsp_products(preset("ecp5")) is None  # 64 + 24 fit 156 blocks
+    assert ice.gemm_dsp_products(preset("ice40")) is None    # 1 + 3 fit 8
+    # 256 products, 16 ALU lanes: 156 - 48 - 4 leaves 104, six whole lanes of 16
+    assert ulx3s.gemm_dsp_products(preset("ecp5-16x16")) == 96
+    assert board("arty-z7-20").gemm_dsp_products(preset("default")) is None  # not counted
+
+
+@pytest.mark.slow
+def test_the_16x16_core_needs_no_more_multipliers_than_the_ecp5_85f_has():
+    from amaranth.back import rtlil
+
+    from vtakit.vta_hw.top import Core
+
+    b, cfg = board("ulx3s-85f"), preset("ecp5-16x16")
+    text = rtlil.convert(Core(cfg, dsp_products=b.gemm_dsp_products(cfg)), name="vta_core")
+    muls = text.count("cell $mul ")
+    assert 96 + 48 <= muls <= b.dsp_blocks
+
+
+def test_a_config_too_big_for_the_boards_block_ram_is_refused_naming_what_fits():
+    with pytest.raises(ValueError, match=re.escape(
+            "config default (1x16x16_i8w8a32_15_15_18_17) does not fit board ulx3s-85f: its "
+            "buffers take 480 KiB of block RAM (UOP 32 KiB, INP 32 KiB, WGT 256 KiB, ACC 128 "
+            "KiB, OUT 32 KiB) and the board's DRAM 192 KiB, 672 KiB in all; the part has 416 "
+            "KiB (presets that fit: ecp5, ecp5-16x16, ice40); the same 1x16x16 core with "
+            "buffers that fit: ecp5-16x16")):
+        board("ulx3s-85f").check_config(preset("default"), "default")
+    with pytest.raises(ValueError, match=r"config ecp5 .* does not fit board icebreaker: .*"
+                                         r"the part has 15 KiB \(presets that fit: ice40\)$"):
+        board("icebreaker").check_config(preset("ecp5"), "ecp5")
+    for name in BUILDABLE:  # every board takes its own preset
+        board(name).check_config(preset(board(name).preset))
+    board("ulx3s-85f").check_config(preset("ecp5-16x16"))

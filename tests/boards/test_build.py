@@ -201,6 +201,17 @@ def test_unknown_and_zynq_boards(tmp_path):
         build("icebreaker", seed=-1, output=tmp_path)
 
 
+def test_a_config_that_cannot_fit_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_mod, "find_tool", lambda name: None)  # not even the tools
+    with pytest.raises(ValueError, match=r"config default \(1x16x16_.*\) does not fit board "
+                                         r"ulx3s-85f: .* buffers that fit: ecp5-16x16"):
+        build("ulx3s-85f", config="default", output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    r = CliRunner().invoke(main, ["hw", "build", "--board", "ulx3s-85f", "--config", "default",
+                                  "--output", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "does not fit board ulx3s-85f" in r.output
+
+
 def test_missing_toolchain_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(build_mod, "find_tool",
                         lambda name: None if name.startswith("nextpnr") else "/bin/true")

@@ -118,7 +118,7 @@ def test_from_json_errors(text, message):
 
 def test_unknown_preset():
     with pytest.raises(ValueError, match=r"unknown hardware configuration 'pynq' \(expected "
-                                         r"one of default, ecp5, ice40, large\)"):
+                                         r"one of default, ecp5, ecp5-16x16, ice40, large\)"):
         preset("pynq")
 
 

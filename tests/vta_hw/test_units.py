@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from amaranth.hdl import Module, Signal, signed
 from amaranth.sim import Simulator
 
 from vtakit.vta_hw.alu import TensorAlu
 from vtakit.vta_hw.config import preset
+from vtakit.vta_hw.gemm import GemmCore, booth_mul8
 from vtakit.vta_hw.isa import AluOp
 from vtakit.vta_hw.layouts import insn_layouts
 from vtakit.vta_hw.mem_port import MemPort
@@ -233,6 +235,57 @@ def test_alu_matches_semantics(config):
             assert got == want, (op, a, b, got, want)
 
     run(alu, bench, clock=False)
+
+
+def test_booth_multiplier_is_exact_on_every_int8_pair():
+    m = Module()
+    x, w, p = Signal(signed(8)), Signal(signed(8)), Signal(signed(16))
+    m.d.comb += p.eq(booth_mul8(m, x, w, "t"))
+    wrong = []
+
+    async def bench(ctx):
+        for a in range(-128, 128):
+            ctx.set(x, a)
+            for b in range(-128, 128):
+                ctx.set(w, b)
+                if ctx.get(p) != a * b:
+                    wrong.append((a, b, ctx.get(p)))
+
+    run(m, bench, clock=False)
+    assert wrong == []
+
+
+@pytest.mark.parametrize("dsp_products", [None, 0, 13, 40])
+def test_gemm_core_with_logic_multipliers_matches_numpy(dsp_products):
+    cfg = preset("ecp5")  # 8 lanes of 8 products
+    gemm = GemmCore(cfg, dsp_products)
+    rng = np.random.default_rng(5)
+    cases = [rng.integers(-128, 128, size=(cfg.block_in,)) for _ in range(12)]
+    wgts = [rng.integers(-128, 128, size=(cfg.block_out, cfg.block_in)) for _ in range(12)]
+    cases[0][:], wgts[0][:] = -128, -128  # the extremes: every product 2**14
+
+    def pack(vals, bits):
+        return sum((int(v) & ((1 << bits) - 1)) << (bits * k) for k, v in enumerate(vals))
+
+    async def bench(ctx):
+        for x, w in zip(cases, wgts):
+            ctx.set(gemm.inp, pack(x, 8))
+            ctx.set(gemm.wgt, pack(w.reshape(-1), 8))
+            await ctx.tick()  # the products are registered
+            got = ctx.get(gemm.sums)
+            want = pack(w @ x, 32)
+            assert got == want, (x, w)
+
+    run(gemm, bench)
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")  # refused in __init__
+def test_gemm_and_core_check_dsp_products():
+    for bad in (-1, 1.5, True, "8"):
+        with pytest.raises(ValueError, match=r"dsp_products=.* must be None or a non-negative int"):
+            GemmCore(preset("ecp5"), bad)
+        with pytest.raises(ValueError, match=r"Core: dsp_products="):
+            Core(preset("ecp5"), dsp_products=bad)
 
 
 def test_core_checks_parameters_and_id():
