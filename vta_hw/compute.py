@@ -153,8 +153,10 @@ class Compute(wiring.Component):
                      self.uop_w_data.eq(d_uop.data)]
         # ACC writes: this unit's GEMM/ALU results (lane 0) or the DMA's ACC / ACC_8BIT
         # elements (the DMA's targets share one index); ACC_8BIT's int8 values sign-extended
+        # (from the unit's register: the DMA writes from s + 2, PAD_ONLY_SETUP_CYCLES, so no
+        # path runs from the start cycle's take into the ACC buffer's write data)
         acc8 = Signal()
-        m.d.comb += acc8.eq(data.View(lays.mem, cand_bits).memory_type == MemType.ACC_8BIT)
+        m.d.comb += acc8.eq(data.View(lays.mem, ctl.insn).memory_type == MemType.ACC_8BIT)
         n_lanes8 = cfg.elem_bytes(MemType.ACC_8BIT)  # int8 values (one byte each) per element
         wr_en = Signal()  # defined with the pipeline below
         wr_a = Signal(cfg.log_acc_depth)
@@ -178,12 +180,15 @@ class Compute(wiring.Component):
             if lane == 0:
                 dat, en = Mux(wr_en, wr_v, dat), en | wr_en
             m.d.comb += [self.acc_w_en[lane].eq(en), self.acc_w_data[lane].eq(dat)]
-        # (acc8 views the running instruction: high for a GEMM whose bits there say ACC_8BIT)
+        # (acc8 views the unit's register: high for a GEMM whose bits there say ACC_8BIT)
         m.d.comb += self.acc_w_sext.eq(acc8 & ~wr_en)
 
         # ---- GEMM / ALU loop --------------------------------------------------------------
-        # g, a_ view the instruction: the one starting at ctl.start, then (while it runs) the
-        # control's register
+        # g, a_ view the instruction starting at ctl.start (the candidate), which sets up the
+        # loop; gr, ar the control's register, which holds it while the loop runs (from
+        # s + 1), so the loop's steps hang off no path through the start cycle's take
+        gr = data.View(lays.gemm, ctl.insn)
+        ar = data.View(lays.alu, ctl.insn)
         lay_a = cfg.log_acc_depth
         lay_i = cfg.log_inp_depth
         lay_w = cfg.log_wgt_depth
@@ -211,26 +216,26 @@ class Compute(wiring.Component):
             m.d.sync += tog.eq(~tog)
         u1 = Signal(len(u) + 1)
         m.d.comb += u1.eq(u + 1)
-        next_j = issue & (u1 == g.uop_end)
+        next_j = issue & (u1 == gr.uop_end)
         next_i = next_j & (j_left == 1)
         u_d = Signal.like(u)  # u in the next cycle
         m.d.comb += u_d.eq(u)
         m.d.sync += u.eq(u_d)
         with m.If(issue):
-            m.d.comb += u_d.eq(Mux(next_j, g.uop_bgn, u1))
+            m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))
         with m.If(next_j):
-            m.d.sync += j_left.eq(Mux(next_i, g.iter_in, j_left - 1))
+            m.d.sync += j_left.eq(Mux(next_i, gr.iter_in, j_left - 1))
         with m.If(next_i):
             m.d.sync += i_left.eq(i_left - 1)
             with m.If(i_left == 1):
                 drain_issue = (_DRAIN_GEMM if _DRAIN_GEMM == _DRAIN_ALU_IMM
                                else Mux(is_alu, _DRAIN_ALU_IMM, _DRAIN_GEMM))
                 m.d.sync += [active.eq(0), drain.eq(Mux(tensor, _DRAIN_ALU_TENSOR, drain_issue))]
-        src_in = Mux(is_alu, a_.src_factor_in, g.src_factor_in)
-        src_out = Mux(is_alu, a_.src_factor_out, g.src_factor_out)
-        for off, base, f_in, f_out in ((off_d, base_d, g.dst_factor_in, g.dst_factor_out),
+        src_in = Mux(is_alu, ar.src_factor_in, gr.src_factor_in)
+        src_out = Mux(is_alu, ar.src_factor_out, gr.src_factor_out)
+        for off, base, f_in, f_out in ((off_d, base_d, gr.dst_factor_in, gr.dst_factor_out),
                                        (off_s, base_s, src_in, src_out),
-                                       (off_w, base_w, g.wgt_factor_in, g.wgt_factor_out)):
+                                       (off_w, base_w, gr.wgt_factor_in, gr.wgt_factor_out)):
             nbase = base + f_out
             with m.If(next_i):
                 m.d.sync += [base.eq(nbase), off.eq(nbase)]
