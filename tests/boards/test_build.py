@@ -131,6 +131,10 @@ def test_stand_in_build_writes_bitstream_report_and_logs(stand_in_build):
         assert (out / name).exists(), name
     assert build_mod.SCRIPT_AFTER_READ in (out / "vta_soc.ys").read_text()
     assert "-dsp" in (out / "vta_soc.ys").read_text()
+    nextpnr = next(argv for argv in json.loads((out / "build_vta_soc.json").read_text())[
+        "commands"] if argv[0].startswith("nextpnr"))
+    assert " ".join(nextpnr).count("--router router2") == 1  # the UP5K routes with router2
+    assert rep["gemm"] == {"dsp_products": 1, "logic_products": 0}
     text = (out / "report.txt").read_text()
     assert re.search(r"logic\s+5000\s+5280\s+94\.7%", text)
     assert re.search(r"clk\s+9\.50\s+12\.00\s+FAILED", text)
