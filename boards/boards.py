@@ -175,17 +175,15 @@ class Board:
         object.__setattr__(self, "leds", MappingProxyType(dict(self.leds)))
 
     def gemm_dsp_products(self, cfg) -> int | None:
-        """How many of ``cfg``'s GEMM products go to DSP blocks (the first whole output lanes;
-        :class:`~vtakit.vta_hw.top.Core`'s ``dsp_products``), or None for all of them: the
-        part's blocks less three per ALU lane (its MUL's low word) and four for the rest of the
-        core (the read DMAs' first-row products)."""
-        products = cfg.batch * cfg.block_out * cfg.block_in
+        """How many of ``cfg``'s GEMM products go to DSP blocks on this board's part
+        (:func:`vtakit.vta_hw.gemm.dsp_split`; :class:`~vtakit.vta_hw.top.Core`'s
+        ``dsp_products``), or None for all of them (also where the part's blocks are not
+        counted)."""
         if not self.dsp_blocks:
             return None
-        free = self.dsp_blocks - 3 * cfg.batch * cfg.block_out - 4
-        if products <= free:
-            return None
-        return max(0, free) // cfg.block_in * cfg.block_in
+        from vtakit.vta_hw.gemm import dsp_split
+
+        return dsp_split(cfg, self.dsp_blocks)
 
     def _ram_need(self, cfg) -> tuple[dict[str, int], int]:
         bufs = {"UOP": cfg.uop_buff_bytes, "INP": cfg.inp_buff_bytes, "WGT": cfg.wgt_buff_bytes,

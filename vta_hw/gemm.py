@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.config import HwConfig
 
-__all__ = ["GemmCore", "tree_sum", "booth_mul8"]
+__all__ = ["GemmCore", "tree_sum", "booth_mul8", "dsp_split"]
 
 
 def tree_sum(values: list, width: int):
@@ -33,6 +33,18 @@ def tree_sum(values: list, width: int):
             nxt.append(vals[-1])
         vals = nxt
     return vals[0]
+
+
+def dsp_split(cfg: HwConfig, dsp_blocks: int) -> int | None:
+    """How many of ``cfg``'s GEMM products fit the ``dsp_blocks`` multiplier blocks of a part
+    (whole output lanes, the ``dsp_products`` of :class:`GemmCore`), or None when all of them
+    do: the blocks less three per ALU lane (the low word of its MUL from three 18-bit partial
+    products) and four for the rest of the core (the read DMAs' first-row products)."""
+    products = cfg.batch * cfg.block_out * cfg.block_in
+    free = dsp_blocks - 3 * cfg.batch * cfg.block_out - 4
+    if products <= free:
+        return None
+    return max(0, free) // cfg.block_in * cfg.block_in
 
 
 def check_dsp_products(value, who: str) -> None:

