@@ -197,3 +197,15 @@ def test_a_config_too_big_for_the_boards_block_ram_is_refused_naming_what_fits()
     for name in BUILDABLE:  # every board takes its own preset
         board(name).check_config(preset(board(name).preset))
     board("ulx3s-85f").check_config(preset("ecp5-16x16"))
+
+
+def test_the_board_top_gives_the_core_its_dsp_split():
+    pytest.importorskip("amaranth_boards", reason="needs amaranth-boards: pip install "
+                                                  "'vtakit[fpga]'")
+    from vtakit.boards.soc import BoardTop
+
+    b = board("ulx3s-85f")
+    for name, want in (("ecp5-16x16", 96), ("ecp5", None)):
+        top = BoardTop(b, preset(name))
+        top.elaborate(b.make_platform())
+        assert top.soc.core.dsp_products == want, name
