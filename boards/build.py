@@ -391,8 +391,7 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         design = data.get("design") or next(iter(data["modules"].values()))
         stat = design.get("num_cells_by_type", {})
     part = f"{plat.device}-{plat.package}"
-    memory, dsp = b.memory, b.gemm_dsp_products(cfg)
-    products = cfg.batch * cfg.block_out * cfg.block_in
+    dsp, products = b.gemm_dsp_products(cfg), cfg.macs_per_cycle
     rep = {
         "board": b.name, "title": b.title, "part": part, "family": b.family,
         "config": {"name": cfg_name, "bitstream_name": cfg.bitstream_name, "hash": cfg.hash,
@@ -401,7 +400,7 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         "clock": {"target_mhz": round(target_mhz, 4), "oscillator_mhz": b.oscillator[1] / 1e6,
                   "pll": None if top.pll is None else {
                       k: v for k, v in vars(top.pll).items() if k != "f_in_hz"}},
-        "memory": {"kind": memory.kind, "size_bytes": memory.size_bytes},
+        "memory": {"kind": b.memory.kind, "size_bytes": b.memory.size_bytes},
         "gemm": {"dsp_products": products if dsp is None else dsp,
                  "logic_products": 0 if dsp is None else products - dsp},
         "baud": b.baud,

@@ -40,7 +40,7 @@ def dsp_split(cfg: HwConfig, dsp_blocks: int) -> int | None:
     (whole output lanes, the ``dsp_products`` of :class:`GemmCore`), or None when all of them
     do: the blocks less three per ALU lane (the low word of its MUL from three 18-bit partial
     products) and four for the rest of the core (the read DMAs' first-row products)."""
-    products = cfg.batch * cfg.block_out * cfg.block_in
+    products = cfg.macs_per_cycle
     free = dsp_blocks - 3 * cfg.batch * cfg.block_out - 4
     if products <= free:
         return None
