@@ -218,8 +218,12 @@ class Compute(wiring.Component):
         m.d.comb += u1.eq(u + 1)
         next_j = issue & (u1 == gr.uop_end)
         next_i = next_j & (j_left == 1)
-        u_d = Signal.like(u)  # u in the next cycle
-        m.d.comb += u_d.eq(u)
+        # u in the next cycle, the micro-op RAM's read address. Outside a loop it is the
+        # candidate's uop_bgn whether or not the candidate starts (a read has no effect): the
+        # start's decision (take, tokens, an empty loop) selects nothing on the way to the
+        # RAM, whose banks lie across the die (the ECP5 clock)
+        u_d = Signal.like(u)
+        m.d.comb += u_d.eq(Mux(active, u, g.uop_bgn))
         m.d.sync += u.eq(u_d)
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))
@@ -249,7 +253,6 @@ class Compute(wiring.Component):
         m.d.comb += short_d.eq(ctl.start & Mux(is_loop, n_zero, op != Opcode.LOAD))
         m.d.sync += short.eq(short_d)
         with m.If(ctl.start & is_loop & ~n_zero):
-            m.d.comb += u_d.eq(g.uop_bgn)
             m.d.sync += [active.eq(1), tog.eq(0), i_left.eq(g.iter_out), j_left.eq(g.iter_in),
                          off_d.eq(0), off_s.eq(0), off_w.eq(0), base_d.eq(0),
                          base_s.eq(0), base_w.eq(0), is_alu.eq(op == Opcode.ALU),
