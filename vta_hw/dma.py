@@ -432,12 +432,28 @@ class ReadDMA(wiring.Component):
         # sram_base + y_pad_0 * cols + x_pad_0 - (its first lane), formed from the register
         off0 = sizes.to_bytes(reg.dram_base, lw)
         lane0 = sizes.pick(lambda le: lane_of(off0, le))
-        first = reg.sram_base + (reg.y_pad_0 * cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
         with m.If(setup):
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]
             if k_max > 1:
                 m.d.sync += part.eq(0)
             with m.If(y_any):
                 m.d.comb += ph_next.eq(XFER)
+        if cfg.mem_read_latency_cycles >= 2:
+            # the first beat comes at s + 3 or later: y_pad_0 * cols (shifts and adds of a
+            # 4-bit factor, beside the DMA's other logic) into a register at s + 1, the index
+            # at s + 2, so no path runs from the instruction register through a multiplier to
+            # the index (the ECP5 clock)
+            top = Signal(iw)
+            m.d.sync += top.eq(sum(Mux(y0[k], cols[:iw] << k, 0)
+                                   for k in range(len(y0)))[:iw])
+            first = Signal(iw)
+            m.d.comb += first.eq(reg.sram_base + top + (reg.x_pad_0 - lane0))
+            setup2 = Signal()
+            m.d.sync += setup2.eq(setup & y_any)
+            with m.If(setup2):
+                m.d.sync += w_reg.eq(first)
+        else:
+            first = reg.sram_base + (y0 * cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
+            with m.If(setup & y_any):
                 m.d.sync += w_reg.eq(first[:iw])
         return m
