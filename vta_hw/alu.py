@@ -1,11 +1,9 @@
-"""The tensor ALU: ``op(a, b)`` on every int32 lane of an accumulator element.
+"""The tensor ALU: ``op(a, b)`` on every int32 lane of an accumulator element, combinational.
 
 MIN, MAX, ADD, MUL (low 32 bits of the product) and SHR: ``b >= 0`` is an arithmetic right
 shift by ``min(b, 31)``; ``b < 0`` a left shift by ``-b``, 0 when ``-b >= 32`` (docs/timing.md
 §8). Every result wraps to int32. One adder serves ADD, MIN and MAX; one multiplier serves MUL
-and, on the compact datapath, both shifts. Everything is combinational except MUL on the
-registered datapath (wider cores), which registers its partial products in the multipliers:
-its result is the product of the operands of the cycle before (``ALU_MUL_CYCLES``).
+and both shifts.
 """
 
 from __future__ import annotations
@@ -16,9 +14,6 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import ALU_OPCODE_BITS, AluOp
-from vtakit.vta_hw.timing_facts import ALU_MUL_CYCLES
-
-assert ALU_MUL_CYCLES == 2, "the registered datapath's MUL has one register stage"
 
 __all__ = ["TensorAlu", "alu_lane", "compact_datapath"]
 
@@ -36,11 +31,8 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
 
     ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
-    preset's one lane), all combinational; otherwise a barrel shifter of their own beside it
-    (the multiplier's path then has no bit reversal before and after it) and MUL's partial
-    products are registered, so MUL's result is ``a * b`` of the cycle before (a faster clock
-    on wider cores: the ALU's MUL feeds its own operand register when an iteration updates
-    the row the one before it wrote)."""
+    preset's one lane); otherwise a barrel shifter of their own beside it (the multiplier's
+    path then has no bit reversal before and after it: a faster clock on wider cores)."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -54,7 +46,7 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
         shifted = product = _shift_on_multiplier(m, op, a, b, name)
     else:
         shifted = _barrel_shift(a, b, m, name)
-        product = _mul_low32(m, a, b, name, registered=True)
+        product = _mul_low32(m, a, b, name)
     with m.Switch(op):
         with m.Case(AluOp.MIN, AluOp.MAX):
             m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
@@ -99,13 +91,11 @@ def _shift_on_multiplier(m: Module, op, a, b, name: str):
     return out
 
 
-def _mul_low32(m: Module, a, b, name: str, registered: bool = False):
+def _mul_low32(m: Module, a, b, name: str):
     """The low 32 bits of ``a * b`` from three unsigned partial products of 18-bit-wide
     pieces (the high-by-high one only reaches bits 36 and up): three of the ECP5's 18x18
     multipliers and 14-bit adders, where the whole 64-bit product takes four and wider ones.
-    The low word of a product is the same for signed and unsigned operands. ``registered``:
-    the partial products are registers (the multipliers' output registers), so the result is
-    that of the operands of the cycle before."""
+    The low word of a product is the same for signed and unsigned operands."""
     lo = 18
     hi = 32 - lo
     p_ll = Signal(2 * lo, name=f"{name}_p_ll")
@@ -113,9 +103,8 @@ def _mul_low32(m: Module, a, b, name: str, registered: bool = False):
     p_lh = Signal(hi, name=f"{name}_p_lh")
     a_lo, a_hi = a.as_unsigned()[:lo], a.as_unsigned()[lo:32]
     b_lo, b_hi = b.as_unsigned()[:lo], b.as_unsigned()[lo:32]
-    domain = m.d.sync if registered else m.d.comb
-    domain += [p_ll.eq(a_lo * b_lo), p_hl.eq((a_hi * b_lo)[:hi]),
-               p_lh.eq((a_lo * b_hi)[:hi])]
+    m.d.comb += [p_ll.eq(a_lo * b_lo), p_hl.eq((a_hi * b_lo)[:hi]),
+                 p_lh.eq((a_lo * b_hi)[:hi])]
     product = Signal(32, name=f"{name}_prod")
     m.d.comb += product.eq(Cat(p_ll[:lo], (p_ll[lo:32] + p_hl + p_lh)[:hi]))
     return product
@@ -144,8 +133,7 @@ class TensorAlu(wiring.Component):
     cfg : HwConfig
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
-    through a barrel shifter per lane, and MUL takes two cycles: ``out`` is the product of
-    ``a`` and ``b`` of the cycle before (``mul_cycles``; :func:`alu_lane`).
+    through a barrel shifter per lane (:func:`alu_lane`).
     """
 
     def __init__(self, cfg: HwConfig):
@@ -153,8 +141,6 @@ class TensorAlu(wiring.Component):
             raise TypeError(f"TensorAlu: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.shift_by_multiplier = compact_datapath(cfg)
-        #: cycles from operands to MUL's result: 1 (combinational) or 2 (registered products)
-        self.mul_cycles = 1 if self.shift_by_multiplier else ALU_MUL_CYCLES
         super().__init__({"op": In(ALU_OPCODE_BITS), "a": In(cfg.acc_elem_bits),
                           "b": In(cfg.acc_elem_bits), "out": Out(cfg.acc_elem_bits)})
 

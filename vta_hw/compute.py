@@ -1,19 +1,16 @@
 """The compute unit: LOAD of UOP/ACC/ACC_8BIT, GEMM, ALU and FINISH (docs/timing.md §4).
 
 GEMM and ALU walk the loop ``i < iter_out, j < iter_in, u in uop_bgn..uop_end-1`` issuing one
-iteration per cycle (two for a tensor-operand ALU and for MUL) from ``s + 1``; the finish cycle
-is the last issue plus 5 (6 for a tensor ALU or a MUL, whose first issue also is at ``s + 1``;
-7 for a tensor MUL), which gives ``s + n + 5``, ``s + 2n + 5`` and ``s + 2n + 6``. Pipeline, for
-an iteration issued at ``t``:
+iteration per cycle (two for a tensor-operand ALU) from ``s + 1``; the finish cycle is the last
+issue plus 5 (6 for a tensor ALU, whose first issue also is at ``s + 1``), which gives
+``s + n + 5`` and ``s + 2n + 5``. Pipeline, for an iteration issued at ``t``:
 
 * ``t - 1``: read the micro-op; ``t``: form the ACC/INP/WGT indices, read INP and WGT;
 * GEMM / ALU immediate: ``t+1`` read ``ACC[dst]`` (GEMM products registered); then on the
   compact datapath of one-lane cores (:func:`~vtakit.vta_hw.alu.compact_datapath`) ``t+2`` the
   ALU (GEMM: adder tree and accumulate), whose result is that cycle's ACC and OUT write; on
   the registered datapath of wider cores ``t+2`` the word into the operand register (GEMM: the
-  adder tree into its register), ``t+3`` the ALU into the result register, ``t+4`` the write
-  (MUL: ``t+3`` its partial products into their registers, ``t+4`` the sum into the result
-  register, ``t+5`` the write);
+  adder tree into its register), ``t+3`` the ALU into the result register, ``t+4`` the write;
 * tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; the ALU and the write one
   cycle later than above.
 
@@ -41,7 +38,6 @@ from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, Toke
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
 from vtakit.vta_hw.layouts import insn_layouts
 from vtakit.vta_hw.timing_facts import (
-    ALU_MUL_CYCLES,
     ALU_PIPELINE_CYCLES,
     GEMM_PIPELINE_CYCLES,
     LOAD_UNIT_MEMORY_TYPES,
@@ -58,19 +54,14 @@ COMPUTE_TARGETS = tuple(t for t in MemType
                         if t not in LOAD_UNIT_MEMORY_TYPES and t != MemType.OUT)
 
 # Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 4 at the
-# latest (t + 5 for a tensor ALU or a MUL, t + 6 for a tensor MUL; the registered datapath), so
-# the finish of docs/timing.md (s + n + 5; s + 2n + 5 with the last of the issues two cycles
-# apart at s + 2n - 1; s + 2n + 6 for a tensor MUL) comes after the write, when the next
-# instruction (or a STORE of OUT) may read it.
+# latest (t + 5 for a tensor ALU; the registered datapath), so the finish of docs/timing.md
+# (s + n + 5, s + 2n + 5 with the last of the tensor ALU's issues, two cycles apart, at
+# s + 2n - 1) comes after the write, when the next instruction (or a STORE of OUT) may read it.
 _DRAIN_GEMM = GEMM_PIPELINE_CYCLES
 _DRAIN_ALU_IMM = ALU_PIPELINE_CYCLES
 _DRAIN_ALU_TENSOR = ALU_PIPELINE_CYCLES + 1
-_DRAIN_MUL_IMM = ALU_PIPELINE_CYCLES + 1
-_DRAIN_MUL_TENSOR = ALU_PIPELINE_CYCLES + ALU_MUL_CYCLES
 assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 5 and _DRAIN_ALU_TENSOR >= 6, \
     "the finish would come before the ACC write of the last iteration"
-assert ALU_MUL_CYCLES == 2 and _DRAIN_MUL_IMM >= 6 and _DRAIN_MUL_TENSOR >= 7, \
-    "MUL's result is one register stage after its operands"
 # FINISH and empty loops finish the cycle after their start (the "short" register below).
 assert NOP_CYCLES == 1, "Compute finishes a FINISH or an empty loop at s + 1"
 
@@ -205,7 +196,6 @@ class Compute(wiring.Component):
         n_zero = (g.uop_end <= g.uop_bgn) | (g.iter_out == 0) | (g.iter_in == 0)
         is_alu = Signal()
         tensor = Signal()
-        is_mul = Signal()  # an ALU MUL: one issue every other cycle (ALU_MUL_CYCLES)
         reset = Signal()
         active = Signal()
         tog = Signal()
@@ -220,9 +210,8 @@ class Compute(wiring.Component):
         off_s, base_s = Signal(src_w), Signal(src_w)
         off_w, base_w = Signal(lay_w), Signal(lay_w)
         # cycles to the finish after the last issue (0: not draining)
-        drain = Signal(range(max(_DRAIN_GEMM, _DRAIN_ALU_IMM, _DRAIN_ALU_TENSOR,
-                                 _DRAIN_MUL_IMM, _DRAIN_MUL_TENSOR) + 1))
-        issue = active & (~(tensor | is_mul) | ~tog)
+        drain = Signal(range(max(_DRAIN_GEMM, _DRAIN_ALU_IMM, _DRAIN_ALU_TENSOR) + 1))
+        issue = active & (~tensor | ~tog)
         with m.If(active):
             m.d.sync += tog.eq(~tog)
         u1 = Signal(len(u) + 1)
@@ -245,9 +234,7 @@ class Compute(wiring.Component):
             with m.If(i_left == 1):
                 drain_issue = (_DRAIN_GEMM if _DRAIN_GEMM == _DRAIN_ALU_IMM
                                else Mux(is_alu, _DRAIN_ALU_IMM, _DRAIN_GEMM))
-                m.d.sync += [active.eq(0), drain.eq(
-                    Mux(is_mul, Mux(tensor, _DRAIN_MUL_TENSOR, _DRAIN_MUL_IMM),
-                        Mux(tensor, _DRAIN_ALU_TENSOR, drain_issue)))]
+                m.d.sync += [active.eq(0), drain.eq(Mux(tensor, _DRAIN_ALU_TENSOR, drain_issue))]
         src_in = Mux(is_alu, ar.src_factor_in, gr.src_factor_in)
         src_out = Mux(is_alu, ar.src_factor_out, gr.src_factor_out)
         for off, base, f_in, f_out in ((off_d, base_d, gr.dst_factor_in, gr.dst_factor_out),
@@ -269,7 +256,6 @@ class Compute(wiring.Component):
             m.d.sync += [active.eq(1), tog.eq(0), i_left.eq(g.iter_out), j_left.eq(g.iter_in),
                          off_d.eq(0), off_s.eq(0), off_w.eq(0), base_d.eq(0),
                          base_s.eq(0), base_w.eq(0), is_alu.eq(op == Opcode.ALU),
-                         is_mul.eq((op == Opcode.ALU) & (a_.alu_opcode == AluOp.MUL)),
                          tensor.eq((op == Opcode.ALU) & ~a_.use_imm), reset.eq(g.reset)]
         m.d.comb += [fin.eq((drain == 1) | short | dma.finish),
                      fin_next.eq((drain == 2) | short_d | dma.finish_next),
@@ -285,9 +271,8 @@ class Compute(wiring.Component):
         # and on the registered one (every wider core):
         #   t+2  the word into the operand register, the adder tree into its register
         #        [tensor: the source word into the source register; t+3 the dst word]
-        #   t+3  the ALU on registers only, into the result register  [t+4]; a MUL's
-        #        partial products into their registers, its sum at t+4  [t+5]
-        #   t+4  write ACC and OUT from the result register  [t+5; MUL t+5, t+6]
+        #   t+3  the ALU on registers only, into the result register  [t+4]
+        #   t+4  write ACC and OUT from the result register  [t+5]
         # A word from the ACC RAM misses the results written in its read cycle and later: it is
         # patched with the write of the previous cycle (whether the read hit it is registered
         # with it) and, on the registered datapath, newer first, with the result being
@@ -343,12 +328,9 @@ class Compute(wiring.Component):
             # tensor ALU's dst) or a tensor ALU's source
             d_a, d_op, d_src = Signal(lay_a), Signal(), Signal()
             m.d.sync += [d_a.eq(rd_a), d_op.eq((p1 & ~tensor) | t2), d_src.eq(p1 & tensor)]
-            # E: the iteration in the ALU's first cycle; M: a MUL's second cycle (its partial
-            # products registered in E); X: the iteration whose result the ALU gives in this
-            # cycle (E, or M for a MUL); W: the one written
-            e_v, m_v, x_v, w_v = Signal(), Signal(), Signal(), Signal()
-            e_a, m_a, x_a, w_a = Signal(lay_a), Signal(lay_a), Signal(lay_a), Signal(lay_a)
-            s_a = Signal(lay_a)  # a tensor ALU's source row, from its arrival on
+            # X: the iteration the ALU works on in this cycle; W: the one written
+            x_v, w_v = Signal(), Signal()
+            x_a, w_a = Signal(lay_a), Signal(lay_a)
             operand = Signal(cfg.acc_elem_bits)
             # the ALU's second operand, one register: a tensor ALU's source word (loaded when
             # it arrives), else the immediate or the adder tree's sums of the cycle before
@@ -359,20 +341,14 @@ class Compute(wiring.Component):
             fwd = Signal(cfg.acc_elem_bits)
             m.d.comb += fwd.eq(Mux(x_v & (x_a == d_a), x_res,
                                    Mux(w_v & (w_a == d_a), r_reg, ram_word)))
-            m.d.sync += [e_v.eq(d_op), e_a.eq(d_a), m_v.eq(e_v & is_mul), m_a.eq(e_a),
-                         w_v.eq(x_v), w_a.eq(x_a), r_reg.eq(x_res)]
-            m.d.comb += [x_v.eq(Mux(is_mul, m_v, e_v)), x_a.eq(Mux(is_mul, m_a, e_a))]
+            m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
+                         r_reg.eq(x_res)]
             with m.If(d_op):
                 m.d.sync += operand.eq(fwd)
             with m.If(~tensor):
                 m.d.sync += operand_b.eq(Mux(is_alu, imm_vec, gemm.sums))
             with m.Elif(d_src):
-                m.d.sync += [operand_b.eq(fwd), s_a.eq(d_a)]
-            with m.Elif(d_op & x_v & (x_a == s_a)):
-                # a tensor MUL: the iteration before is in M when this one's source arrives
-                # (two cycles after its own), so its product patches the source word a cycle
-                # later, as the dst word arrives (the finish: s + 2n + 6)
-                m.d.sync += operand_b.eq(x_res)
+                m.d.sync += operand_b.eq(fwd)
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         m.d.comb += [
             alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),

@@ -7,20 +7,18 @@ properties; what is here is fixed by this implementation.
 
 Worked example (docs/timing.md §5 B): a GEMM of ``n = 64`` micro-op iterations takes
 ``gemm_cycles(64) = 64 + GEMM_PIPELINE_CYCLES = 69`` cycles; an ALU ADD over the same loop takes
-``alu_cycles(64, use_imm=False) = 2*64 + ALU_PIPELINE_CYCLES = 133``, a MUL by an immediate
-``alu_cycles(64, True, AluOp.MUL) = 2*64 + ALU_PIPELINE_CYCLES = 133``.
+``alu_cycles(64, use_imm=False) = 2*64 + ALU_PIPELINE_CYCLES = 133``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vtakit.vta_hw.isa import AluOp, MemType
+from vtakit.vta_hw.isa import MemType
 
 __all__ = [
     "PORT_PRIORITY", "READ_CLIENTS", "WRITE_CLIENT", "GEMM_PIPELINE_CYCLES",
-    "ALU_PIPELINE_CYCLES", "ALU_MUL_CYCLES", "LOAD_SETUP_CYCLES", "STORE_SETUP_CYCLES",
-    "NOP_CYCLES",
+    "ALU_PIPELINE_CYCLES", "LOAD_SETUP_CYCLES", "STORE_SETUP_CYCLES", "NOP_CYCLES",
     "PAD_ONLY_SETUP_CYCLES", "LOAD_UNIT_MEMORY_TYPES", "TOKEN_POPS", "TOKEN_PUSHES", "n_uops",
     "gemm_cycles", "alu_cycles", "pad_elems",
 ]
@@ -39,11 +37,6 @@ GEMM_PIPELINE_CYCLES = 5
 #: The same for ALU instructions: ``s + n + 5`` with an immediate, ``s + 2n + 5`` with a tensor
 #: operand (one issue every two cycles, the last at ``s + 2n - 1``).
 ALU_PIPELINE_CYCLES = 5
-#: Cycles a MUL spends in the ALU: its partial products are registered in the multipliers, so
-#: a MUL issues at most once every ``ALU_MUL_CYCLES`` cycles (``s + 2n + 5`` with an immediate)
-#: and a tensor MUL, whose next source word has to wait for the product, finishes
-#: ``ALU_MUL_CYCLES - 1`` cycles later (``s + 2n + 6``). Every other ALU operation takes one.
-ALU_MUL_CYCLES = 2
 #: Cycles between the start of a LOAD that reads DRAM (``x_size > 0``, ``y_size > 0``) and its
 #: first memory-port request: the request comes from the read DMA's registers, not from the
 #: start cycle's choice of instruction (take, tokens, start, request and the port's grant
@@ -89,17 +82,9 @@ def gemm_cycles(n: int) -> int:
     return n + GEMM_PIPELINE_CYCLES if n > 0 else NOP_CYCLES
 
 
-def alu_cycles(n: int, use_imm: bool, op: int | None = None) -> int:
-    """Cycles of an ALU instruction of ``n`` micro-op iterations: 1 (immediate) or 2 (tensor)
-    cycles per iteration plus the fill, and for ``op`` MUL (:class:`~vtakit.vta_hw.isa.AluOp`;
-    None: any other operation) at least :data:`ALU_MUL_CYCLES` per iteration plus
-    ``ALU_MUL_CYCLES - 1`` with a tensor operand."""
-    if n <= 0:
-        return NOP_CYCLES
-    if op == AluOp.MUL:
-        per = max(1 if use_imm else 2, ALU_MUL_CYCLES)
-        return n * per + ALU_PIPELINE_CYCLES + (0 if use_imm else ALU_MUL_CYCLES - 1)
-    return n * (1 if use_imm else 2) + ALU_PIPELINE_CYCLES
+def alu_cycles(n: int, use_imm: bool) -> int:
+    """Cycles of an ALU instruction: 1 (immediate) or 2 (tensor) cycles per micro-op + fill."""
+    return n * (1 if use_imm else 2) + ALU_PIPELINE_CYCLES if n > 0 else NOP_CYCLES
 
 
 def pad_elems(insn: Mapping[str, int]) -> int:

@@ -49,7 +49,7 @@ def min_cycles(cfg: HwConfig, insn: dict[str, int]) -> int:
     if op == Opcode.GEMM:
         return gemm_cycles(n_uops(insn))
     if op == Opcode.ALU:
-        return alu_cycles(n_uops(insn), bool(insn["use_imm"]), insn["alu_opcode"])
+        return alu_cycles(n_uops(insn), bool(insn["use_imm"]))
     if op in (Opcode.LOAD, Opcode.STORE) and insn["x_size"]:
         eb = cfg.elem_bytes(insn["memory_type"])
         beats = 0

@@ -9,7 +9,7 @@ queue slots only from the next cycle), then the memory port grants one burst if 
 from __future__ import annotations
 
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.isa import AluOp, Opcode
+from vtakit.vta_hw.isa import Opcode
 
 INSN = 16
 # The timing rules below are restated from the page on purpose (an independent reading); sizes
@@ -152,11 +152,7 @@ def start(s: dict, u: str, insn: dict, c: int, cfg: HwConfig, requests: dict) ->
         return
     if op in (Opcode.GEMM, Opcode.ALU):
         nu = max(0, insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"]
-        # docs/timing.md §4: an ALU with a tensor operand or a MUL issues every other cycle,
-        # and a tensor MUL finishes one cycle later than the others
-        mul = op == Opcode.ALU and insn["alu_opcode"] == AluOp.MUL
-        per = 2 if op == Opcode.ALU and (not insn["use_imm"] or mul) else 1
-        fill = 6 if mul and not insn["use_imm"] else 5
-        s["finish"] = c + (nu * per + fill if nu else 1)
+        per = 1 if op == Opcode.GEMM or insn["use_imm"] else 2
+        s["finish"] = c + (nu * per + 5 if nu else 1)
         return
     s["finish"] = c + 1

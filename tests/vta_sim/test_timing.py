@@ -10,11 +10,7 @@ from sim_helpers import Image, load, store
 
 from vtakit.vta_hw.config import preset
 from vtakit.vta_hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemType
-from vtakit.vta_hw.timing_facts import (
-    ALU_MUL_CYCLES,
-    ALU_PIPELINE_CYCLES,
-    GEMM_PIPELINE_CYCLES,
-)
+from vtakit.vta_hw.timing_facts import ALU_PIPELINE_CYCLES, GEMM_PIPELINE_CYCLES
 from vtakit.vta_sim import Simulator
 
 
@@ -27,7 +23,7 @@ def run(prog, cfg=None, **kw):
 
 
 def test_constants_match_the_document():
-    assert (GEMM_PIPELINE_CYCLES, ALU_PIPELINE_CYCLES, ALU_MUL_CYCLES) == (5, 5, 2)
+    assert (GEMM_PIPELINE_CYCLES, ALU_PIPELINE_CYCLES) == (5, 5)
 
 
 def test_worked_example_a_padded_load():
@@ -65,16 +61,6 @@ def test_finish_alone():
     (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, alu_opcode=AluOp.ADD), 2 * 64 + 5),
     (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, use_imm=1, imm=3), 64 + 5),
     (AluInsn(uop_bgn=0, uop_end=1, iter_out=0), 1),
-    # MUL takes ALU_MUL_CYCLES = 2 in the ALU: one issue every other cycle, and a tensor MUL
-    # one cycle more (its next source word waits for the product)
-    (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, alu_opcode=AluOp.MUL, use_imm=1,
-             imm=3), 2 * 64 + 5),
-    (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, alu_opcode=AluOp.MUL), 2 * 64 + 6),
-    (AluInsn(uop_bgn=0, uop_end=1, alu_opcode=AluOp.MUL, use_imm=1, imm=3), 2 + 5),
-    (AluInsn(uop_bgn=0, uop_end=1, alu_opcode=AluOp.MUL), 2 + 6),
-    (AluInsn(uop_bgn=0, uop_end=1, iter_out=0, alu_opcode=AluOp.MUL), 1),
-    (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, alu_opcode=AluOp.SHR, use_imm=1,
-             imm=3), 64 + 5),
 ])
 def test_compute_durations(insn, cycles):
     # fetch 36; compute takes the instruction at 37; FINISH runs right after it.

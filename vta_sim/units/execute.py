@@ -111,7 +111,7 @@ def unit(run: TimedRun, name: str, proc: Proc) -> Generator[tuple, Any, None]:
         elif op == Opcode.ALU:
             nu = n_uops(insn)
             stats.alu_uops += nu
-            yield ("delay", alu_cycles(nu, bool(insn["use_imm"]), insn["alu_opcode"]))
+            yield ("delay", alu_cycles(nu, bool(insn["use_imm"])))
         else:  # FINISH
             yield ("delay", NOP_CYCLES)
         end = kernel.now

@@ -30,6 +30,7 @@ from typing import TypeAlias
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.timing_facts import (
+    ALU_PIPELINE_CYCLES,
     LOAD_SETUP_CYCLES,
     NOP_CYCLES,
     PAD_ONLY_SETUP_CYCLES,
@@ -291,11 +292,10 @@ class _Timeline:
         end = self.free[_COMPUTE]
         for st in rq.steps:
             if st.imm is not None:
-                end = self.kernel(((acc, acc, 0),), 1, alu_cycles(n, True, st.op))
+                end = self.kernel(((acc, acc, 0),), 1, alu_cycles(n, True))
             else:
                 end = self.kernel(tuple((acc + b * rows * cols, table + b * rq.rows + st.row, 0)
-                                        for b in range(blocks)), blocks,
-                                  alu_cycles(n, False, st.op))
+                                        for b in range(blocks)), blocks, alu_cycles(n, False))
         return end
 
     def finish(self) -> int:
@@ -535,21 +535,21 @@ def compute_floor(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig) -> int
     """The compute unit's work for layer `L` with any tiling: cycles no schedule of this
     instruction set can beat. Every output row of ACC (``batch x block_out`` results) takes a
     reset, its GEMM micro-ops (one a cycle) and every ALU step of its requantisation (1 cycle
-    with an immediate, 2 with a tensor operand or a MUL: docs/timing.md); pooling and add
-    layers also load their inputs into ACC on the compute unit. A convolution's load unit must
-    also bring every weight and input byte in at least once, one bus beat a cycle (a dense
-    layer's weights make it DRAM-bound). Per-instruction pipeline fills, micro-op and constant
-    loads and waits between the units are left out.
+    with an immediate, 2 with a tensor operand: docs/timing.md); pooling and add layers also
+    load their inputs into ACC on the compute unit. A convolution's load unit must also bring
+    every weight and input byte in at least once, one bus beat a cycle (a dense layer's weights
+    make it DRAM-bound). Per-instruction pipeline fills, micro-op and constant loads and waits
+    between the units are left out.
 
     Worked example: ResNet-18's 3x3 convolutions over 64 channels at 56x56 on the default
     preset take 36 GEMM cycles per output row (4 input blocks x 9 taps), 1 for the reset and 7
     for the requantisation (MUL and ADD with per-channel operands, SHR, MAX, MIN), so at most
     36 / 44 = 81.8 % of the 256-MAC bound whatever the tiling."""
     o = L.out
-    def per_uop(imm: bool, op: int | None = None) -> int:  # an iteration's cycles, no fill
-        return alu_cycles(2, imm, op) - alu_cycles(1, imm, op)
+    def per_uop(imm: bool) -> int:
+        return alu_cycles(1, imm) - ALU_PIPELINE_CYCLES
 
-    alu = sum(per_uop(st.imm is not None, st.op) for r in rqs for st in r.steps)
+    alu = sum(per_uop(st.imm is not None) for r in rqs for st in r.steps)
     rows = o.n // cfg.batch * -(-o.c // cfg.block_out) * o.h * o.w
     tl = _Timeline(cfg)
     e8 = cfg.elem_bytes(isa.MemType.ACC_8BIT)
