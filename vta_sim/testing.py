@@ -26,12 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from vtakit.vta_hw import isa
-from vtakit.vta_hw.config import HwConfig
+from vtakit.vta_hw.config import HwConfig, preset
 from vtakit.vta_hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemInsn, MemType, Opcode
 
 from .image import RunImage
 
-__all__ = ["random_program", "IMAGE_BYTES"]
+__all__ = ["random_program", "compiled_mix_stream", "IMAGE_BYTES"]
 
 #: Bytes of the DRAM image of a random program (data, micro-ops, outputs, instructions).
 IMAGE_BYTES = 256 << 10
@@ -197,3 +197,40 @@ def random_program(cfg: HwConfig, seed: int, *, phases: int | None = None,
             f"{phases} phases, {threads} thread(s)")
     return RunImage(cfg=cfg, dram=dram, insn_addr=insn_addr, insn_count=len(prog),
                     description=desc)
+
+
+def compiled_mix_stream(n: int, uop_every: int) -> tuple[HwConfig, np.ndarray, np.ndarray]:
+    """``(cfg, stream, dram)``: ``n`` instructions of a compiled layer's mix on the ``default``
+    preset (LOAD INP, GEMM, ALU, STORE, and a LOAD UOP before every ``uop_every``-th of them; a
+    random block of 2,000 repeated, FINISH last), every index in range, and a DRAM image with
+    the micro-ops the LOAD UOPs read. For the stream checker's test and benchmark; the
+    tokens are not balanced, so it is not meant to run."""
+    rng = np.random.default_rng(0)
+    cfg = preset("default")
+    out = []
+    k = 0
+    while len(out) < 2000:
+        if k % uop_every == 0:
+            b = int(rng.integers(0, 4000))
+            out.append(isa.MemInsn(memory_type=MemType.UOP, sram_base=b, dram_base=b, y_size=1,
+                                   x_size=64, x_stride=64))
+        b = int(rng.integers(0, 4000))
+        out.append([
+            isa.MemInsn(memory_type=MemType.INP, sram_base=b % 1000, dram_base=1 << 16, y_size=4,
+                        x_size=16, x_stride=16),
+            isa.GemmInsn(uop_bgn=b, uop_end=b + 32, iter_out=4, iter_in=8, dst_factor_out=16,
+                         dst_factor_in=1, src_factor_out=16, src_factor_in=1,
+                         wgt_factor_out=4, wgt_factor_in=1),
+            isa.AluInsn(uop_bgn=b, uop_end=b + 8, iter_out=4, iter_in=8, dst_factor_out=16,
+                        dst_factor_in=1, src_factor_out=16, src_factor_in=1, use_imm=1),
+            isa.MemInsn(opcode=Opcode.STORE, memory_type=MemType.OUT, sram_base=b % 1000,
+                        dram_base=(4 << 20) // 16, y_size=4, x_size=16, x_stride=16),
+        ][k % 4])
+        k += 1
+    block = np.frombuffer(isa.encode_stream(out[:2000], cfg), np.uint8)
+    raw = np.concatenate([np.tile(block, -(-(n - 1) // 2000))[:(n - 1) * isa.INSN_BYTES],
+                          np.frombuffer(isa.encode_stream([isa.FinishInsn()], cfg), np.uint8)])
+    dram = np.zeros(8 << 20, np.uint8)
+    uops = rng.integers(0, 64, (4096, 3))
+    dram[:4096 * 4] = isa.encode_uops(uops, cfg).view(np.uint8)
+    return cfg, raw, dram

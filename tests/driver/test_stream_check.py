@@ -6,7 +6,6 @@ are kept across runs, and micro-ops the host does not know are not judged."""
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ from vtakit.vta_sim.errors import ExecFault, SimError
 from vtakit.vta_sim.image import RunImage
 from vtakit.vta_sim.program import decode_program
 from vtakit.vta_sim.state import ArchState
-from vtakit.vta_sim.testing import random_program
+from vtakit.vta_sim.testing import compiled_mix_stream, random_program
 
 CFG = preset("ice40")
 M, Op = isa.MemType, isa.Opcode
@@ -393,46 +392,18 @@ def test_nops_and_empty_loops_are_not_judged():
     assert refusal(raw, dram) is None
 
 
-def big_stream(n, uop_every):
-    """``n`` instructions of a compiled layer's mix: LOAD INP, GEMM, ALU, STORE, and a LOAD UOP
-    before every ``uop_every``-th of them (a random block of 2,000 repeated)."""
-    rng = np.random.default_rng(0)
-    cfg = preset("default")
-    out = []
-    k = 0
-    while len(out) < 2000:
-        if k % uop_every == 0:
-            b = int(rng.integers(0, 4000))
-            out.append(isa.MemInsn(memory_type=M.UOP, sram_base=b, dram_base=b, y_size=1,
-                                   x_size=64, x_stride=64))
-        b = int(rng.integers(0, 4000))
-        out.append([
-            isa.MemInsn(memory_type=M.INP, sram_base=b % 1000, dram_base=1 << 16, y_size=4,
-                        x_size=16, x_stride=16),
-            isa.GemmInsn(uop_bgn=b, uop_end=b + 32, iter_out=4, iter_in=8, dst_factor_out=16,
-                         dst_factor_in=1, src_factor_out=16, src_factor_in=1,
-                         wgt_factor_out=4, wgt_factor_in=1),
-            isa.AluInsn(uop_bgn=b, uop_end=b + 8, iter_out=4, iter_in=8, dst_factor_out=16,
-                        dst_factor_in=1, src_factor_out=16, src_factor_in=1, use_imm=1),
-            isa.MemInsn(opcode=Op.STORE, memory_type=M.OUT, sram_base=b % 1000,
-                        dram_base=(4 << 20) // 16, y_size=4, x_size=16, x_stride=16),
-        ][k % 4])
-        k += 1
-    block = np.frombuffer(isa.encode_stream(out[:2000], cfg), np.uint8)
-    raw = np.concatenate([np.tile(block, -(-(n - 1) // 2000))[:(n - 1) * isa.INSN_BYTES],
-                          np.frombuffer(isa.encode_stream([isa.FinishInsn()], cfg), np.uint8)])
-    dram = np.zeros(8 << 20, np.uint8)
-    uops = rng.integers(0, 64, (4096, 3))
-    dram[:4096 * 4] = isa.encode_uops(uops, cfg).view(np.uint8)
-    return cfg, raw, dram
-
-
-def test_a_stream_of_100k_instructions_is_checked_in_well_under_a_second():
-    cfg, raw, dram = big_stream(100_000, 20)  # about 4,800 LOAD UOPs
+def test_a_stream_of_100k_instructions_is_checked_to_its_end():
+    """The whole stream is judged: an out-of-range LOAD as its last instruction but FINISH is
+    named (benchmarks/sim_speed.py reports how long a check of this stream takes)."""
+    cfg, raw, dram = compiled_mix_stream(100_000, 20)  # about 4,800 LOAD UOPs
     assert raw.size == 100_000 * isa.INSN_BYTES
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        check_stream(cfg, raw, unknown_uops(cfg), dram_reader(dram))
-        best = min(best, time.perf_counter() - t0)
-    assert best < 1.0, f"{best:.2f} s"
+    check_stream(cfg, raw, unknown_uops(cfg), dram_reader(dram))
+    bad = raw.copy()
+    load = isa.MemInsn(memory_type=M.INP, sram_base=cfg.inp_depth - 1, dram_base=0, y_size=1,
+                       x_size=2, x_stride=2)
+    at = (100_000 - 2) * isa.INSN_BYTES
+    bad[at:at + isa.INSN_BYTES] = np.frombuffer(isa.encode_stream([load], cfg), np.uint8)
+    with pytest.raises(DeviceError, match=r"instruction #99998 .*SRAM index out of range: "
+                                          rf"INP\[{cfg.inp_depth - 1}\.\.{cfg.inp_depth}\] but "
+                                          rf"INP has depth {cfg.inp_depth}"):
+        check_stream(cfg, bad, unknown_uops(cfg), dram_reader(dram))
