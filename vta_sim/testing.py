@@ -207,7 +207,7 @@ def compiled_mix_stream(n: int, uop_every: int) -> tuple[HwConfig, np.ndarray, n
     tokens are not balanced, so it is not meant to run."""
     rng = np.random.default_rng(0)
     cfg = preset("default")
-    out = []
+    out: list[isa.Insn] = []
     k = 0
     while len(out) < 2000:
         if k % uop_every == 0:
