@@ -180,10 +180,10 @@ def _mul_chain_program(cfg, rows):
             (AluOp.MUL, 1, 5, 0, 2, 4, 0),       # rows 0 0 1 0 0 1 ...: distance 1 and 2
             (AluOp.MUL, 1, 301, 2, nu, 3, 0),    # the rest of the micro-ops, each three times
             (AluOp.MUL, 1, -1, 1, 2, 3, 1),      # reset: zeros
-            (AluOp.ADD, 1, 3, 0, nu, 1, 0),
+            (AluOp.ADD, 1, 3, 0, nu, 1, 0),      # nonzero rows again
             (AluOp.MUL, 1, -5, 0, nu, 1, 1),     # reset, the last write of a row not forwarded
             (AluOp.ADD, 1, 7, 0, nu, 1, 0),      # another operation after MUL, same rows
-            (AluOp.MUL, 0, 0, 0, nu, 2, 0),      # tensor: squares (src = dst) and chains
+            (AluOp.MUL, 0, 0, 0, nu, 2, 0),      # tensor: src the row before (a square where equal)
             (AluOp.MUL, 1, -2, 0, nu, 1, 0),
             (AluOp.MIN, 0, 0, 0, nu, 2, 0),
             (AluOp.MUL, 1, 3, 0, 1, 1, 0),       # one iteration
