@@ -9,10 +9,15 @@ issue plus 5 (6 for a tensor ALU, whose first issue also is at ``s + 1``), which
 * GEMM / ALU immediate: ``t+1`` read ``ACC[dst]`` (GEMM products registered); then on the
   compact datapath of one-lane cores (:func:`~vtakit.vta_hw.alu.compact_datapath`) ``t+2`` the
   ALU (GEMM: adder tree and accumulate), whose result is that cycle's ACC and OUT write; on
-  the registered datapath of wider cores ``t+2`` the word into the operand register (GEMM: the
-  adder tree into its register), ``t+3`` the ALU into the result register, ``t+4`` the write;
+  the registered datapath of wider cores ``t+2`` the word into the operand register, ``t+3``
+  the ALU into the result register, ``t+4`` the write;
 * tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; the ALU and the write one
-  cycle later than above.
+  cycle later than above;
+* GEMM on the registered datapath: ``t+1`` the INP and WGT words into the multipliers'
+  operand registers, ``t+2`` the products registered and ``ACC[dst]`` read, ``t+3`` the word
+  into the operand register and the adder tree into its register, ``t+4`` the ALU (ADD),
+  ``t+5`` the write: in the finish cycle, so the OUT buffer is transparent (a STORE that pops
+  the GEMM's token reads its first element in that cycle and sees the write).
 
 On the registered datapath the ALU's operands and result are registers, so the paths around
 it are short (the ``ecp5`` preset's clock); the compact one saves the registers and two
@@ -54,9 +59,11 @@ COMPUTE_TARGETS = tuple(t for t in MemType
                         if t not in LOAD_UNIT_MEMORY_TYPES and t != MemType.OUT)
 
 # Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 4 at the
-# latest (t + 5 for a tensor ALU; the registered datapath), so the finish of docs/timing.md
-# (s + n + 5, s + 2n + 5 with the last of the tensor ALU's issues, two cycles apart, at
-# s + 2n - 1) comes after the write, when the next instruction (or a STORE of OUT) may read it.
+# latest (t + 5 for a tensor ALU or a GEMM; the registered datapath), so the finish of
+# docs/timing.md (s + n + 5, s + 2n + 5 with the last of the tensor ALU's issues, two cycles
+# apart, at s + 2n - 1) comes after the write or, for a GEMM, with it: the next instruction of
+# this unit reads ACC two cycles after its start at the earliest, and a STORE that starts at
+# the finish reads OUT, which is transparent to this unit's writes (vta_hw.top).
 _DRAIN_GEMM = GEMM_PIPELINE_CYCLES
 _DRAIN_ALU_IMM = ALU_PIPELINE_CYCLES
 _DRAIN_ALU_TENSOR = ALU_PIPELINE_CYCLES + 1
@@ -273,6 +280,8 @@ class Compute(wiring.Component):
         #        [tensor: the source word into the source register; t+3 the dst word]
         #   t+3  the ALU on registers only, into the result register  [t+4]
         #   t+4  write ACC and OUT from the result register  [t+5]
+        # A GEMM there registers its INP and WGT words at t+1 and reads ACC[dst] at t+2, as a
+        # tensor ALU its dst: its word, sums, ALU and write come a cycle later (t+5).
         # A word from the ACC RAM misses the results written in its read cycle and later: it is
         # patched with the write of the previous cycle (whether the read hit it is registered
         # with it) and, on the registered datapath, newer first, with the result being
@@ -285,8 +294,12 @@ class Compute(wiring.Component):
                      self.inp_r_addr.eq(isrc[:lay_i]), self.wgt_r_addr.eq(iw)]
         p1, p1_a, p1_s = Signal(), Signal(lay_a), Signal(lay_a)
         m.d.sync += [p1.eq(issue), p1_a.eq(uop.dst + off_d), p1_s.eq(isrc[:lay_a])]
-        t2, q2_a = Signal(), Signal(lay_a)  # a tensor ALU's second read (its dst), that row
-        m.d.sync += [t2.eq(p1 & tensor), q2_a.eq(p1_a)]
+        # a read at t+2 of the row issued at t: a tensor ALU's second read (its dst); on the
+        # registered datapath also a GEMM's, whose operands are registered on their way from
+        # the INP and WGT block RAMs to the multipliers (GemmCore's operand_regs)
+        late = tensor if self.compact else tensor | ~is_alu
+        t2, q2_a = Signal(), Signal(lay_a)
+        m.d.sync += [t2.eq(p1 & late), q2_a.eq(p1_a)]
         rd_a = Signal(lay_a)
         m.d.comb += rd_a.eq(Mux(t2, q2_a, Mux(tensor, p1_s, p1_a)))
         m.d.comb += self.acc_r_addr.eq(rd_a)
@@ -297,7 +310,8 @@ class Compute(wiring.Component):
         m.d.comb += ram_word.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
 
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
-        gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products)
+        gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products,
+                                            operand_regs=not self.compact)
         alu = m.submodules.alu = TensorAlu(cfg)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
@@ -327,7 +341,8 @@ class Compute(wiring.Component):
             # the word arriving in this cycle: its row; an operand (GEMM, ALU immediate, a
             # tensor ALU's dst) or a tensor ALU's source
             d_a, d_op, d_src = Signal(lay_a), Signal(), Signal()
-            m.d.sync += [d_a.eq(rd_a), d_op.eq((p1 & ~tensor) | t2), d_src.eq(p1 & tensor)]
+            m.d.sync += [d_a.eq(rd_a), d_op.eq((p1 & is_alu & ~tensor) | t2),
+                         d_src.eq(p1 & tensor)]
             # X: the iteration the ALU works on in this cycle; W: the one written
             x_v, w_v = Signal(), Signal()
             x_a, w_a = Signal(lay_a), Signal(lay_a)

@@ -3,7 +3,9 @@
 ``sums[b][o] = sum_k inp[b][k] * wgt[o][k]`` (the product is ``x @ W.T``). The products are
 registered (one pipeline stage, so multipliers map to DSP blocks with output registers); the
 balanced adder tree after them is combinational, so ``sums`` belongs to the operands presented
-one cycle earlier. Element layouts are those of the SRAMs: INP ``(batch, block_in)``, WGT
+one cycle earlier. With ``operand_regs`` the operands are registered as well (the block RAM
+outputs that feed them get a cycle of their own: the ECP5 clock) and ``sums`` belongs to the
+operands of two cycles earlier. Element layouts are those of the SRAMs: INP ``(batch, block_in)``, WGT
 ``(block_out, block_in)``, ACC ``(batch, block_out)``, row-major, little-endian lanes.
 
 Where a part has fewer multiplier blocks than products (a 16x16 core on the ECP5-85F: 256
@@ -89,21 +91,28 @@ class GemmCore(wiring.Component):
     dsp_products : int or None
         How many products (the first, in ``(b, o, k)`` order) are written as ``*`` for DSP
         blocks; the others are Booth multipliers in logic. ``None``: all of them are ``*``.
+    operand_regs : bool
+        Register ``inp`` and ``wgt`` before the multipliers (one more cycle to ``sums``).
 
     Attributes
     ----------
     inp : In(batch * block_in * 8)
     wgt : In(block_out * block_in * 8)
     sums : Out(batch * block_out * 32)
-        The products of the operands of the previous cycle, summed (wrapped to 32 bits).
+        The products of the operands of the previous cycle (with ``operand_regs``: of the
+        cycle before that), summed (wrapped to 32 bits).
     """
 
-    def __init__(self, cfg: HwConfig, dsp_products: int | None = None):
+    def __init__(self, cfg: HwConfig, dsp_products: int | None = None,
+                 operand_regs: bool = False):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"GemmCore: cfg must be an HwConfig, got {type(cfg).__name__}")
         check_dsp_products(dsp_products, "GemmCore")
+        if not isinstance(operand_regs, bool):
+            raise TypeError(f"GemmCore: operand_regs must be a bool, got {operand_regs!r}")
         self.cfg = cfg
         self.dsp_products = dsp_products
+        self.operand_regs = operand_regs
         super().__init__({
             "inp": In(cfg.inp_elem_bits), "wgt": In(cfg.wgt_elem_bits),
             "sums": Out(cfg.acc_elem_bits),
@@ -113,12 +122,18 @@ class GemmCore(wiring.Component):
         m = Module()
         cfg = self.cfg
         bi, bo = cfg.block_in, cfg.block_out
+        inp, wgt = self.inp, self.wgt
+        if self.operand_regs:
+            # no reset: plain registers beside the block RAMs' outputs
+            inp = Signal.like(self.inp, name="inp_reg", reset_less=True)
+            wgt = Signal.like(self.wgt, name="wgt_reg", reset_less=True)
+            m.d.sync += [inp.eq(self.inp), wgt.eq(self.wgt)]
         for b in range(cfg.batch):
             for o in range(bo):
                 prods = []
                 for k in range(bi):
-                    x = self.inp[(b * bi + k) * 8:(b * bi + k + 1) * 8].as_signed()
-                    w = self.wgt[(o * bi + k) * 8:(o * bi + k + 1) * 8].as_signed()
+                    x = inp[(b * bi + k) * 8:(b * bi + k + 1) * 8].as_signed()
+                    w = wgt[(o * bi + k) * 8:(o * bi + k + 1) * 8].as_signed()
                     # no reset, so the register can be the DSP block's output register
                     p = Signal(signed(16), name=f"p_{b}_{o}_{k}", reset_less=True)
                     n = (b * bo + o) * bi + k

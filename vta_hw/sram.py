@@ -17,7 +17,12 @@ Read-during-write of one element: the Amaranth and Verilator models return the o
 on an FPGA the value is undefined (the memories carry yosys' ``no_rw_check`` attribute, so no
 bypass logic is built around the block RAMs). No reader depends on it: the compute unit
 forwards its own ACC writes around the RAM, and the other buffers are written and read by
-different units whose accesses the dependency tokens order.
+different units whose accesses the dependency tokens order. The one exception is a buffer
+built ``transparent``: its reads return the element written in the same cycle (synthesis
+builds the bypass: the write's data and an address comparison registered beside the block
+RAM, a multiplexer after it). The OUT buffer of a core on the registered datapath is one: the
+GEMM's last write lands in its finish cycle, when a STORE that pops its token may read the
+first element (:mod:`~vtakit.vta_hw.compute`).
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ class BankedMemory(wiring.Component):
     w_sext_bits : int
         0, or the width of the values that write lanes ``1 ..`` hold sign-extended to
         ``width_bits`` (their upper bits are not read: the sign of the low bits is written).
+    transparent : bool
+        A read returns the element written in the same cycle (else the old one).
 
     Attributes
     ----------
@@ -77,7 +84,7 @@ class BankedMemory(wiring.Component):
     """
 
     def __init__(self, width_bits: int, depth: int, banks: int = 1, w_lanes: int = 1,
-                 r_lanes: int = 1, w_sext_bits: int = 0):
+                 r_lanes: int = 1, w_sext_bits: int = 0, transparent: bool = False):
         for name, v in (("width_bits", width_bits), ("depth", depth), ("banks", banks),
                         ("w_lanes", w_lanes), ("r_lanes", r_lanes)):
             if not isinstance(v, int) or isinstance(v, bool):
@@ -97,7 +104,10 @@ class BankedMemory(wiring.Component):
         if not 0 <= w_sext_bits < width_bits:
             raise ValueError(f"BankedMemory: w_sext_bits={w_sext_bits} must be 0 or less than "
                              f"width_bits={width_bits}")
+        if not isinstance(transparent, bool):
+            raise TypeError(f"BankedMemory: transparent must be a bool, got {transparent!r}")
         self.w_sext_bits = w_sext_bits
+        self.transparent = transparent
         self.width_bits, self.depth, self.banks = width_bits, depth, banks
         self.w_lanes, self.r_lanes = w_lanes, r_lanes
         aw = max(1, _log2(depth))
@@ -121,7 +131,8 @@ class BankedMemory(wiring.Component):
             mem = memory.Memory(shape=unsigned(self.width_bits), depth=bank_depth, init=[],
                                 attrs={"no_rw_check": 1})
             m.submodules[f"bank{b}"] = mem
-            rows.append((mem.write_port(), mem.read_port()))
+            wp = mem.write_port()
+            rows.append((wp, mem.read_port(transparent_for=(wp,) if self.transparent else ())))
         if nb == 1:
             (wp, rp), = rows
             m.d.comb += [wp.en.eq(self.w_en[0]), wp.addr.eq(self.w_addr),

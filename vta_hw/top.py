@@ -132,8 +132,9 @@ class Core(wiring.Component):
         connect(m, compute.s2g, s2g.consumer)
 
         # on-chip buffers
-        def sram(name, width, depth, banks, w_lanes, r_lanes, w_sext_bits=0):
-            mod = BankedMemory(width, depth, banks, w_lanes, r_lanes, w_sext_bits)
+        def sram(name, width, depth, banks, w_lanes, r_lanes, w_sext_bits=0,
+                 transparent=False):
+            mod = BankedMemory(width, depth, banks, w_lanes, r_lanes, w_sext_bits, transparent)
             m.submodules[f"{name}_sram"] = mod
             return mod
 
@@ -144,7 +145,10 @@ class Core(wiring.Component):
         inp = sram("inp", cfg.inp_elem_bits, cfg.inp_depth, ri, ri, 1)
         wgt = sram("wgt", cfg.wgt_elem_bits, cfg.wgt_depth, rw, rw, 1)
         acc = sram("acc", cfg.acc_elem_bits, cfg.acc_depth, ra, ra, 1, compute.acc_w_sext_bits)
-        out = sram("out", cfg.out_elem_bits, cfg.out_depth, ro, 1, ro)
+        # the registered datapath writes a GEMM's last result in its finish cycle, when a
+        # STORE that pops its token reads OUT's first element: that read sees the write
+        out = sram("out", cfg.out_elem_bits, cfg.out_depth, ro, 1, ro,
+                   transparent=not compute.compact)
 
         def wire_w(mem, en, addr, dat):
             m.d.comb += [mem.w_en.eq(en), mem.w_addr.eq(addr), mem.w_data.eq(dat)]

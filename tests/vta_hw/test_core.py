@@ -217,3 +217,46 @@ def test_alu_mul_chains_match_vta_sim(cfg_name, pattern):
         np.array([[r, rows[i - 1], 0] for i, r in enumerate(rows)]), cfg).view(np.uint8)
     rtl, sim = compare(cfg, dram, _mul_chain_program(cfg, rows), insn_addr=48)
     assert rtl == sim
+
+
+def _gemm_then_store_program(cfg, nu):
+    """GEMMs whose last iteration writes the ACC row that a STORE popping their token reads
+    first (a STORE that starts in the GEMM's finish cycle): accumulation on one row, a walk
+    over rows, a reset, loops whose last row was also written two iterations before; each
+    STORE's rows, and the next GEMM waits for the STORE (s2g)."""
+    eo = cfg.elem_bytes(MemType.OUT)
+    prog = [ld(MemType.UOP, 0, 4096 // 4, 1, nu),
+            ld(MemType.INP, 0, 8192 // cfg.elem_bytes(MemType.INP), 1, 4),
+            ld(MemType.WGT, 0, 12288 // cfg.elem_bytes(MemType.WGT), 1, 4, push_next=1),
+            ld(MemType.ACC, 0, 16384 // cfg.elem_bytes(MemType.ACC), 1, 8)]
+    cases = [  # (uop_bgn, uop_end, iter_out, iter_in, dst_factor_in, reset, store rows)
+        (0, 1, 1, 6, 0, 0, (2, 1)),    # micro-op 0 (row 2) six times
+        (0, nu, 1, 1, 0, 0, (5, 2)),   # every micro-op once: the last writes row 5
+        (1, 3, 2, 2, 0, 1, (7, 1)),    # reset
+        (0, 3, 1, 3, 1, 0, (4, 3)),    # rows 2+j, 0+j, 4+j: the last row, 6, also at j=1
+        (0, 1, 1, 1, 0, 0, (2, 1)),    # one iteration
+    ]
+    for i, (u0, u1, it_out, it_in, dfi, reset, (row, n)) in enumerate(cases):
+        prog.append(GemmInsn(uop_bgn=u0, uop_end=u1, iter_out=it_out, iter_in=it_in,
+                             dst_factor_in=dfi, src_factor_in=1 if dfi else 0,
+                             wgt_factor_in=0, reset=reset, pop_prev=int(i == 0),
+                             pop_next=int(i > 0), push_next=1))
+        prog.append(st(row, 24576 // eo + 8 * i, 1, n, pop_prev=1, push_prev=1))
+    prog.append(FinishInsn(pop_next=1))
+    return prog
+
+
+@pytest.mark.parametrize("cfg_name", ["ice40", "ecp5", "default"])
+def test_store_in_the_gemm_finish_cycle_reads_its_last_write(cfg_name):
+    """A STORE that starts in a GEMM's finish cycle (it pops the GEMM's token) stores the
+    results of the GEMM's last iterations, whichever cycle of the pipeline writes them."""
+    cfg = preset(cfg_name)
+    uops = [[2, 0, 0], [3, 1, 1], [7, 2, 2], [0, 3, 3], [5, 1, 0]]
+    rng = np.random.default_rng(11)
+    dram = rng.integers(0, 256, 1 << 15).astype(np.uint8)
+    dram[:2048] = 0
+    dram[24576:] = 0
+    dram[4096:4096 + 4 * len(uops)] = isa.encode_uops(np.array(uops), cfg).view(np.uint8)
+    prog = _gemm_then_store_program(cfg, len(uops))
+    rtl, sim = compare(cfg, dram, prog, insn_addr=48)
+    assert rtl == sim

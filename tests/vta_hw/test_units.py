@@ -148,6 +148,43 @@ def test_banked_memory_lanes(banks, w_lanes, r_lanes):
     run(mem, bench)
 
 
+@pytest.mark.parametrize("transparent", [False, True])
+@pytest.mark.parametrize("banks,r_lanes", [(1, 1), (4, 4), (4, 2)])
+def test_banked_memory_read_during_write(banks, r_lanes, transparent):
+    """A read of the element written in the same cycle returns the new value when the memory
+    is transparent, the old one when it is not; the lanes read beside it are unaffected."""
+    depth = 16
+    mem = BankedMemory(8, depth, banks=banks, w_lanes=1, r_lanes=r_lanes,
+                       transparent=transparent)
+
+    async def bench(ctx):
+        for i in range(depth):  # element i holds i
+            ctx.set(mem.w_en[0], 1)
+            ctx.set(mem.w_addr, i)
+            ctx.set(mem.w_data[0], i)
+            await ctx.tick()
+        written = set()  # elements holding 100 + their index before this cycle
+        for i in range(depth):  # write 100 + i to i while reading it at each lane
+            for lane in range(r_lanes):
+                base = (i - lane) % depth
+                ctx.set(mem.w_addr, i)
+                ctx.set(mem.w_data[0], 100 + i)
+                ctx.set(mem.r_addr, base)
+                await ctx.tick()
+                for k in range(r_lanes):
+                    e = (base + k) % depth
+                    new = e in written or (e == i and transparent)
+                    assert ctx.get(mem.r_data[k]) == (100 + e if new else e), (i, lane, k)
+                written.add(i)
+
+    run(mem, bench)
+
+
+def test_banked_memory_checks_transparent():
+    with pytest.raises(TypeError, match=r"BankedMemory: transparent must be a bool, got 1"):
+        BankedMemory(8, 16, transparent=1)
+
+
 def test_banked_memory_sign_extended_lanes():
     """With ``w_sext_bits``, lanes after 0 (and lane 0 under ``w_sext``) write the sign
     extension of their low bits, whatever their upper bits hold; lane 0 alone writes all of
@@ -255,10 +292,14 @@ def test_booth_multiplier_is_exact_on_every_int8_pair():
     assert wrong == []
 
 
+@pytest.mark.parametrize("operand_regs", [False, True])
 @pytest.mark.parametrize("dsp_products", [None, 0, 13, 40])
-def test_gemm_core_with_logic_multipliers_matches_numpy(dsp_products):
+def test_gemm_core_with_logic_multipliers_matches_numpy(dsp_products, operand_regs):
+    """Operands presented back to back, one pair a cycle: the sums of each pair one cycle
+    later (two with operand registers)."""
     cfg = preset("ecp5")  # 8 lanes of 8 products
-    gemm = GemmCore(cfg, dsp_products)
+    gemm = GemmCore(cfg, dsp_products, operand_regs=operand_regs)
+    latency = 2 if operand_regs else 1
     rng = np.random.default_rng(5)
     cases = [rng.integers(-128, 128, size=(cfg.block_in,)) for _ in range(12)]
     wgts = [rng.integers(-128, 128, size=(cfg.block_out, cfg.block_in)) for _ in range(12)]
@@ -268,13 +309,16 @@ def test_gemm_core_with_logic_multipliers_matches_numpy(dsp_products):
         return sum((int(v) & ((1 << bits) - 1)) << (bits * k) for k, v in enumerate(vals))
 
     async def bench(ctx):
-        for x, w in zip(cases, wgts):
-            ctx.set(gemm.inp, pack(x, 8))
-            ctx.set(gemm.wgt, pack(w.reshape(-1), 8))
-            await ctx.tick()  # the products are registered
-            got = ctx.get(gemm.sums)
-            want = pack(w @ x, 32)
-            assert got == want, (x, w)
+        for i in range(len(cases) + latency - 1):
+            if i < len(cases):
+                ctx.set(gemm.inp, pack(cases[i], 8))
+                ctx.set(gemm.wgt, pack(wgts[i].reshape(-1), 8))
+            await ctx.tick()  # the products (and the operands) are registered
+            k = i + 1 - latency
+            if k >= 0:
+                got = ctx.get(gemm.sums)
+                want = pack(wgts[k] @ cases[k], 32)
+                assert got == want, (k, cases[k], wgts[k])
 
     run(gemm, bench)
 
@@ -286,6 +330,9 @@ def test_gemm_and_core_check_dsp_products():
             GemmCore(preset("ecp5"), bad)
         with pytest.raises(ValueError, match=r"Core: dsp_products="):
             Core(preset("ecp5"), dsp_products=bad)
+    for bad in (1, None, "yes"):
+        with pytest.raises(TypeError, match=r"GemmCore: operand_regs must be a bool, got "):
+            GemmCore(preset("ecp5"), operand_regs=bad)
 
 
 def test_core_checks_parameters_and_id():
