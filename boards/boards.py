@@ -136,6 +136,11 @@ class Board:
     ram_bytes : int
         The part's block RAM (data bytes; 0: not checked): a configuration whose buffers and
         DRAM need more is refused before synthesis (:meth:`check_config`).
+    alu_dsp_sites : tuple[str, ...]
+        A floorplan for the ALU's multipliers (ECP5): nextpnr sites (``X../Y../MULT18_n``)
+        that ``hw build`` gives the ALU lanes' MULT18X18D blocks, three per lane in lane order,
+        so each lane's blocks sit side by side near the ACC block RAMs
+        (:func:`vtakit.boards.build.pin_alu_dsps`); empty: the placer chooses.
     """
 
     name: str
@@ -162,6 +167,7 @@ class Board:
     notes: str = ""
     dsp_blocks: int = 0
     ram_bytes: int = 0
+    alu_dsp_sites: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.leds) - set(STATUS_LEDS)
@@ -253,6 +259,13 @@ class Board:
 
 _ECP5_85F_DRAM = BoardMemory("bram", 192 * 1024, blocks=96)
 _ECP5_85F_EBR_BYTES = 208 * 2048  # 208 DP16KD, 2 KiB of data each at the widths used
+#: 24 MULT18X18D sites of the LFE5U-85F's DSP row at y = 58, x = 40..92 (six DSP tiles of
+#: four multipliers: MULT18_0/1/4/5 at the tile's x, x+1, x+4, x+5; nextpnr's names, read
+#: from a placed netlist). Left to itself the placer scattered the ALU's blocks over rows 34
+#: and 58 across the die (one lane's three at x = 8 and x = 5, 24 rows apart), 40-50 columns
+#: from the ALU's registers: its one-cycle loop was the critical path on every seed.
+_ECP5_85F_ALU_DSP_SITES = tuple(f"X{x + dx}/Y58/MULT18_{n}" for x in (40, 49, 58, 69, 78, 87)
+                                for dx, n in ((0, 0), (1, 1), (4, 4), (5, 5)))
 
 BOARDS: dict[str, Board] = {b.name: b for b in (
     Board(
@@ -273,7 +286,7 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         leds={"running": ("led", 0), "done": ("led", 1), "fault": ("led", 2),
               "frame_error": ("led", 3)},
         memory=_ECP5_85F_DRAM, dsp_blocks=156, ram_bytes=_ECP5_85F_EBR_BYTES,
-        programmer="ulx3s", bitstream_suffix=".bit",
+        alu_dsp_sites=_ECP5_85F_ALU_DSP_SITES, programmer="ulx3s", bitstream_suffix=".bit",
         notes="UART through the FT231X (the US1 USB port)"),
     Board(
         name="orangecrab-85f", title="Good Stuff Department OrangeCrab r0.2 with an LFE5U-85F",
@@ -283,7 +296,7 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
         leds={"running": ("rgb_led", 0, "g"), "done": ("rgb_led", 0, "b"),
               "fault": ("rgb_led", 0, "r")},
         memory=_ECP5_85F_DRAM, dsp_blocks=156, ram_bytes=_ECP5_85F_EBR_BYTES,
-        programmer="orangeCrab", bitstream_suffix=".bit",
+        alu_dsp_sites=_ECP5_85F_ALU_DSP_SITES, programmer="orangeCrab", bitstream_suffix=".bit",
         optional_tools=("dfu-suffix",),
         notes="no USB-serial chip: a 3.3 V USB-serial adapter on the Feather header (RX on "
               "pin 0, TX on pin 1); the core runs at the 48 MHz oscillator's clock"),

@@ -39,7 +39,7 @@ from vtakit.vta_hw.config import HwConfig, preset
 
 __all__ = ["build", "program", "read_report", "BuildError", "ToolchainError", "TimingError",
            "ExportOnlyError", "NoBoardError", "BuildResult", "DESIGN_NAME", "default_output",
-           "find_tool", "find_openfpgaloader", "TOOLS"]
+           "find_tool", "find_openfpgaloader", "pin_alu_dsps", "TOOLS"]
 
 #: the top-level design's name: file names in the output folder
 DESIGN_NAME = "vta_soc"
@@ -242,6 +242,54 @@ def read_report(nextpnr_report: dict, family: str, target_mhz: float,
             "timing": {"met": all(c["met"] for c in clocks.values()), "clocks": clocks}}
 
 
+#: the ALU's multiplier blocks in yosys' netlist: ``alu_lane`` names its three partial
+#: products ``lane<L>_p_ll``, ``_p_hl`` and ``_p_lh`` (vta_hw.alu); the MULT18X18D cell
+#: driving one is named after it
+_ALU_DSP_CELL = re.compile(r"(?:^|\.)compute\.alu\.lane(\d+)_(p_ll|p_hl|p_lh)_")
+_ALU_DSP_ORDER = ("p_ll", "p_hl", "p_lh")
+
+
+def pin_alu_dsps(netlist: Path | str, sites: tuple[str, ...] | list[str]) -> dict:
+    """Give the ALU's MULT18X18D blocks in yosys' JSON ``netlist`` nextpnr's ``BEL``
+    attribute: ``sites`` in order, three per lane in lane order (each lane's blocks side by
+    side, :attr:`~vtakit.boards.boards.Board.alu_dsp_sites`). The file is rewritten in place.
+
+    Returns ``report.json``'s ``floorplan`` entry: ``alu_dsps`` (blocks found), ``pinned``
+    (0 when the sites are too few for them: the placer then places them all) and ``sites``
+    (the first and last used) or ``reason``. ``BuildError`` when the file is not a yosys JSON
+    netlist with one top module.
+    """
+    path = Path(netlist)
+    try:
+        design = json.loads(path.read_text())
+        tops = [m for m in design["modules"].values()
+                if int(str(m.get("attributes", {}).get("top", "0")), 2)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise BuildError(f"cannot read yosys' netlist {path} to place the ALU's multipliers: "
+                         f"{err}") from None
+    if len(tops) != 1:
+        raise BuildError(f"yosys' netlist {path} has {len(tops)} top modules, expected 1")
+    found = []
+    for name, cell in tops[0].get("cells", {}).items():
+        hit = _ALU_DSP_CELL.search(name) if cell.get("type") == "MULT18X18D" else None
+        if hit:
+            found.append(((int(hit.group(1)), _ALU_DSP_ORDER.index(hit.group(2))), cell))
+    found.sort(key=lambda item: item[0])
+    entry: dict[str, Any] = {"alu_dsps": len(found), "pinned": 0}
+    if not found:
+        entry["reason"] = "no ALU multiplier blocks in the netlist"
+        return entry
+    if len(found) > len(sites):
+        entry["reason"] = (f"{len(found)} ALU multiplier blocks, the board's floorplan has "
+                           f"{len(sites)} sites: left to the placer")
+        return entry
+    for (_, cell), site in zip(found, sites):
+        cell.setdefault("attributes", {})["BEL"] = site
+    path.write_text(json.dumps(design))
+    entry.update(pinned=len(found), sites=[sites[0], sites[len(found) - 1]])
+    return entry
+
+
 def _report_text(rep: dict) -> str:
     lines = [f"board      {rep['board']} ({rep['title']})",
              f"part       {rep['part']}",
@@ -255,6 +303,9 @@ def _report_text(rep: dict) -> str:
              *([f"gemm       {rep['gemm']['dsp_products']} products in DSP blocks, "
                 f"{rep['gemm']['logic_products']} Booth multipliers in logic"]
                if rep.get("gemm", {}).get("logic_products") else []),
+             *([f"floorplan  {fp['pinned']} ALU multiplier blocks pinned, "
+                f"{fp['sites'][0]} .. {fp['sites'][1]}" if fp["pinned"] else
+                f"floorplan  {fp['reason']}"] if (fp := rep.get("floorplan")) else []),
              f"seed       {rep['seed']}",
              "", f"{'resource':<10} {'used':>7} {'of':>7} {'%':>6}  unit"]
     for key, u in rep["utilization"].items():
@@ -355,6 +406,7 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
                if argv[0] not in b.optional_tools and find_tool(argv[0]) is None]
     if missing:
         raise ToolchainError(_missing_tools_message(missing, b.name))
+    floorplan: dict[str, Any] | None = None
     for argv in commands:
         tool = argv[0]
         exe = find_tool(tool)
@@ -379,6 +431,15 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
                              f"{b.name} with config {cfg_name}: {what} (log: {tim})") from err
         stages.append({"name": f"{what} ({tool})", "tool": Path(exe).name,
                        "seconds": round(took, 1), "log": log.name})
+        if tool == "yosys" and b.alu_dsp_sites:
+            began = time.monotonic()
+            floorplan = pin_alu_dsps(out / f"{DESIGN_NAME}.json", b.alu_dsp_sites)
+            stages.append({"name": "floorplan (ALU DSP sites)", "tool": "vtakit",
+                           "seconds": round(time.monotonic() - began, 1)})
+            say(f"{_clock_line(time.monotonic() - t0)} floorplan: "
+                + (f"{floorplan['pinned']} ALU multiplier blocks at "
+                   f"{floorplan['sites'][0]} .. {floorplan['sites'][1]}"
+                   if floorplan["pinned"] else floorplan["reason"]))
     total = time.monotonic() - t0
     bitstream = out / f"{DESIGN_NAME}{b.bitstream_suffix}"
     if not bitstream.exists():
@@ -404,6 +465,7 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         "gemm": {"dsp_products": products if dsp is None else dsp,
                  "logic_products": 0 if dsp is None else products - dsp},
         "baud": b.baud,
+        "floorplan": floorplan,
         **read_report(npr, b.family, target_mhz, stat),
         "yosys_cells": stat,
         "stages": stages, "build_seconds": round(total, 1),

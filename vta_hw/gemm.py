@@ -5,8 +5,9 @@ registered (one pipeline stage, so multipliers map to DSP blocks with output reg
 balanced adder tree after them is combinational, so ``sums`` belongs to the operands presented
 one cycle earlier. With ``operand_regs`` the operands are registered as well (the block RAM
 outputs that feed them get a cycle of their own: the ECP5 clock) and ``sums`` belongs to the
-operands of two cycles earlier. Element layouts are those of the SRAMs: INP ``(batch, block_in)``, WGT
-``(block_out, block_in)``, ACC ``(batch, block_out)``, row-major, little-endian lanes.
+operands of two cycles earlier. Element layouts are those of the SRAMs: INP
+``(batch, block_in)``, WGT ``(block_out, block_in)``, ACC ``(batch, block_out)``, row-major,
+little-endian lanes.
 
 Where a part has fewer multiplier blocks than products (a 16x16 core on the ECP5-85F: 256
 products, 156 MULT18X18D), ``dsp_products`` keeps the first products (in ``(b, o, k)`` order,

@@ -194,6 +194,86 @@ def test_read_report_met_and_missing_clock():
         read_report({"fmax": {}, "utilization": {}}, "ecp5", 75.0)
 
 
+def _netlist(lanes: int) -> dict:
+    """A yosys JSON netlist with the cells pin_alu_dsps looks at, out of order: the ALU lanes'
+    three MULT18X18D each, GEMM products, a flip-flop named like an ALU product."""
+    cells = {}
+    for lane in reversed(range(lanes)):
+        for part in ("p_lh", "p_ll", "p_hl"):
+            cells[f"soc.core.compute.alu.lane{lane}_{part}_MULT18X18D_P9"] = {
+                "type": "MULT18X18D", "attributes": {"src": "alu.py:106"}}
+    cells["soc.core.compute.gemm.p_0_0_0_TRELLIS_FF_Q_DI_MULT18X18D_P0"] = {
+        "type": "MULT18X18D", "attributes": {}}
+    cells["soc.core.compute.alu.lane0_p_ll_TRELLIS_FF_Q"] = {"type": "TRELLIS_FF"}
+    return {"creator": "Yosys", "modules": {
+        "$__ABC9_DELAY": {"attributes": {}, "cells": {}},
+        "vta_soc": {"attributes": {"top": "00000000000000000000000000000001"},
+                    "cells": cells}}}
+
+
+def test_pin_alu_dsps_puts_each_lane_side_by_side(tmp_path):
+    """Each lane's three blocks take the next three sites, in lane order and p_ll, p_hl,
+    p_lh within a lane; the GEMM's blocks and other cells are left to the placer."""
+    path = tmp_path / "vta_soc.json"
+    path.write_text(json.dumps(_netlist(3)))
+    sites = [f"X{x}/Y58/MULT18_{n}" for x in (40, 49, 58) for n in (0, 1, 4, 5)]
+    entry = build_mod.pin_alu_dsps(path, sites)
+    assert entry == {"alu_dsps": 9, "pinned": 9,
+                     "sites": ["X40/Y58/MULT18_0", "X58/Y58/MULT18_0"]}
+    cells = json.loads(path.read_text())["modules"]["vta_soc"]["cells"]
+    bel = {name: c.get("attributes", {}).get("BEL") for name, c in cells.items()}
+    for lane in range(3):
+        for k, part in enumerate(("p_ll", "p_hl", "p_lh")):
+            assert bel[f"soc.core.compute.alu.lane{lane}_{part}_MULT18X18D_P9"] == \
+                sites[3 * lane + k]
+    assert bel["soc.core.compute.gemm.p_0_0_0_TRELLIS_FF_Q_DI_MULT18X18D_P0"] is None
+    assert bel["soc.core.compute.alu.lane0_p_ll_TRELLIS_FF_Q"] is None
+    assert cells["soc.core.compute.alu.lane0_p_ll_MULT18X18D_P9"]["attributes"]["src"] == \
+        "alu.py:106"
+
+
+def test_pin_alu_dsps_leaves_too_many_blocks_to_the_placer(tmp_path):
+    path = tmp_path / "vta_soc.json"
+    path.write_text(json.dumps(_netlist(16)))
+    before = path.read_text()
+    entry = build_mod.pin_alu_dsps(path, [f"X{x}/Y58/MULT18_0" for x in range(24)])
+    assert entry == {"alu_dsps": 48, "pinned": 0, "reason": "48 ALU multiplier blocks, the "
+                     "board's floorplan has 24 sites: left to the placer"}
+    assert path.read_text() == before
+    path.write_text(json.dumps({"modules": {"top": {"attributes": {"top": "1"}, "cells": {
+        "x": {"type": "TRELLIS_FF"}}}}}))
+    assert build_mod.pin_alu_dsps(path, ["X40/Y58/MULT18_0"]) == {
+        "alu_dsps": 0, "pinned": 0, "reason": "no ALU multiplier blocks in the netlist"}
+
+
+def test_pin_alu_dsps_refuses_what_is_not_a_netlist(tmp_path):
+    path = tmp_path / "vta_soc.json"
+    path.write_text("{\"modules\": ")
+    with pytest.raises(BuildError, match=r"cannot read yosys' netlist .*vta_soc.json to place "
+                                         r"the ALU's multipliers: Expecting value"):
+        build_mod.pin_alu_dsps(path, ["X40/Y58/MULT18_0"])
+    path.write_text(json.dumps({"modules": {"a": {"attributes": {}}, "b": {}}}))
+    with pytest.raises(BuildError, match=r"netlist .*vta_soc.json has 0 top modules, "
+                                         r"expected 1"):
+        build_mod.pin_alu_dsps(path, ["X40/Y58/MULT18_0"])
+    with pytest.raises(BuildError, match=r"cannot read yosys' netlist .*missing.json"):
+        build_mod.pin_alu_dsps(tmp_path / "missing.json", ["X40/Y58/MULT18_0"])
+
+
+def test_ecp5_85f_floorplan_sites_are_distinct_dsp_sites():
+    """The 85F boards' floorplan: 24 distinct MULT18X18D sites of one DSP row, enough for the
+    ecp5 preset's eight lanes."""
+    from vtakit.boards.boards import board
+    from vtakit.vta_hw.config import preset
+    for name in ("ulx3s-85f", "orangecrab-85f"):
+        sites = board(name).alu_dsp_sites
+        assert len(set(sites)) == len(sites) == 24
+        assert all(re.fullmatch(r"X\d+/Y58/MULT18_[0145]", s) for s in sites)
+        cfg = preset(board(name).preset)
+        assert 3 * cfg.batch * cfg.block_out <= len(sites)
+    assert board("icebreaker").alu_dsp_sites == ()
+
+
 def test_unknown_and_zynq_boards(tmp_path):
     with pytest.raises(ValueError, match="unknown board 'de10'"):
         build("de10", output=tmp_path)
@@ -354,3 +434,6 @@ def test_ulx3s_bitstream_and_report(tmp_path):
     assert rep["timing"]["met"] == (clock["achieved_mhz"] >= clock["target_mhz"])
     assert {"yosys.log", "nextpnr.log", "pack.log"} <= set(os.listdir(tmp_path))
     assert (tmp_path / "report.json").exists() and (tmp_path / "report.txt").exists()
+    # the floorplan pinned the ALU's 24 multiplier blocks (its cell names still match)
+    assert rep["floorplan"]["alu_dsps"] == rep["floorplan"]["pinned"] == 24
+    assert "floorplan  24 ALU multiplier blocks pinned" in (tmp_path / "report.txt").read_text()
