@@ -289,8 +289,17 @@ class ReadDMA(wiring.Component):
         m.d.comb += last.eq(left_after == 0)
         last_row = Signal()  # ... of the last row
         m.d.comb += last_row.eq(beat & last & (r_rows == 1))
+        # With L >= 2 (the first beat at s + 3 or later) the index steps from a row's last beat
+        # come from registers (below), and so does the stride's low bits: no path runs from the
+        # instruction register or from r_off through a chain of adders into w_reg (the ECP5
+        # clock). The stride register is loaded from s + 1, the register's first cycle.
+        staged = cfg.mem_read_latency_cycles >= 2
+        stride_lw: Value = stride[:lw]
+        if staged:
+            stride_lw = Signal(lw, name="stride_lw")
+            m.d.sync += stride_lw.eq(stride[:lw])
         n_off = Signal(lw)  # r_off of the next row
-        m.d.comb += n_off.eq(r_off + stride[:lw])
+        m.d.comb += n_off.eq(r_off + stride_lw)
         with m.If(beat):
             m.d.sync += [r_left.eq(left_after), r_first.eq(last)]
             with m.If(last):
@@ -315,11 +324,24 @@ class ReadDMA(wiring.Component):
             past = lane_of(last_off, le) + 1
             return Mux(r_rows == 1, past, past + gap - lane_of(n_off, le))
 
-        step = Signal(signed(8))
-        m.d.comb += step.eq(Mux(pad_en, 1, Mux(last, sizes.pick(row_step_of),
-                                               sizes.pick(step_of))))
         w_next = Signal(iw)
-        m.d.comb += w_next.eq(w_reg + step)
+        if staged:
+            # row_end: the index after the current row's last element; row_next: the next
+            # row's first element (set in the setup2 cycle below, stepped by a row's pitch
+            # at each row's last beat)
+            row_end, row_next = Signal(iw), Signal(iw)
+            with m.If(beat & last):
+                m.d.sync += [row_end.eq(row_end + cols), row_next.eq(row_next + cols)]
+            step = Signal(signed(8))
+            m.d.comb += step.eq(Mux(pad_en, 1, sizes.pick(step_of)))
+            from_row = Mux(r_rows == 1, row_end,
+                           row_next - sizes.pick(lambda le: lane_of(n_off, le)))
+            m.d.comb += w_next.eq(Mux(~pad_en & last, from_row, w_reg + step))
+        else:
+            step = Signal(signed(8))
+            m.d.comb += step.eq(Mux(pad_en, 1, Mux(last, sizes.pick(row_step_of),
+                                                   sizes.pick(step_of))))
+            m.d.comb += w_next.eq(w_reg + step)
         with m.If(beat | pad_en):
             m.d.sync += w_reg.eq(w_next)
         if k_max > 1:
@@ -397,7 +419,8 @@ class ReadDMA(wiring.Component):
             with m.Default():
                 # the gap after a row's data: after the previous gap or the TOP segment (which
                 # ends at row 0), or (no TOP segment) after row 0 at sram_base
-                skip_from = Mux(at[TOP] | at[MID], w_next, reg.sram_base)
+                # (the index after the segment's last element: padding steps by one)
+                skip_from = Mux(at[TOP] | at[MID], w_reg + 1, reg.sram_base)
                 m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
         # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
         enter_mid = choose & to_mid
@@ -450,8 +473,12 @@ class ReadDMA(wiring.Component):
             m.d.comb += first.eq(reg.sram_base + top + (reg.x_pad_0 - lane0))
             setup2 = Signal()
             m.d.sync += setup2.eq(setup & y_any)
+            # the first row's element x_pad_0, less the top rows (from s + 1)
+            row0 = Signal(iw)
+            m.d.sync += row0.eq(reg.sram_base + reg.x_pad_0)
             with m.If(setup2):
-                m.d.sync += w_reg.eq(first)
+                m.d.sync += [w_reg.eq(first), row_end.eq(row0 + top + x),
+                             row_next.eq(row0 + top + cols)]
         else:
             first = reg.sram_base + (y0 * cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
             with m.If(setup & y_any):
