@@ -129,7 +129,7 @@ class ElemSizes:
 
 def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Value,
                  a0: Value, rows: Value, stride: Value, rem1,
-                 grant: Value) -> tuple[Value, Value, Value]:
+                 grant: Value, fast_next: bool = False) -> tuple[Value, Value, Value]:
     """Add the request side of a 2-D transfer (docs/timing.md §2) to ``m``.
 
     On ``load`` the walk starts at the row whose first byte is ``a0`` (32-bit byte address),
@@ -139,6 +139,12 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Va
     ``STORE_SETUP_CYCLES``: no path runs from a unit's start through the port's grant). Each
     row's words are cut into bursts at multiples of ``M`` beats; a burst is requested until
     ``grant``. Returns ``(req, addr, beats)`` for the memory port.
+
+    ``fast_next``: the next row's address and the position after a burst that ends at an
+    ``M``-beat boundary are formed whether or not the burst is granted, and the grant (and
+    whether the burst ends its row) only selects them (clock enables and multiplexers after
+    the adders), so the row's length and the grant do not run through 32-bit adders (the ECP5
+    clock; a few more iCE40 logic cells than the masked adders otherwise).
     """
     W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
     lw, lm = _log2(W), _log2(M)
@@ -163,12 +169,20 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Va
     took = grant & q_active
     next_row = Signal(name=f"{name}_next_row")
     m.d.comb += next_row.eq(took & row_end)
-    m.d.sync += [
-        q_a.eq(q_a + (stride & next_row.replicate(len(stride)))),
-        q_pos.eq(Mux(next_row, 0, q_pos + (burst & took.replicate(len(burst))))),
-        q_rows.eq(q_rows - next_row),
-        q_active.eq(Mux(next_row, q_rows != 1, q_active)),
-    ]
+    if fast_next:
+        # a granted burst that does not end its row is `room` beats long
+        with m.If(next_row):
+            m.d.sync += [q_a.eq(q_a + stride), q_pos.eq(0), q_rows.eq(q_rows - 1),
+                         q_active.eq(q_rows != 1)]
+        with m.Elif(took):
+            m.d.sync += q_pos.eq(q_pos + room)
+    else:
+        m.d.sync += [
+            q_a.eq(q_a + (stride & next_row.replicate(len(stride)))),
+            q_pos.eq(Mux(next_row, 0, q_pos + (burst & took.replicate(len(burst))))),
+            q_rows.eq(q_rows - next_row),
+            q_active.eq(Mux(next_row, q_rows != 1, q_active)),
+        ]
     with m.If(load):
         m.d.sync += [q_active.eq(active), q_a.eq(a0), q_rows.eq(rows), q_pos.eq(0)]
     return req, Cat(Const(0, lw), word), burst
@@ -246,6 +260,17 @@ class ReadDMA(wiring.Component):
         x, y = reg.x_size[:nb], reg.y_size[:nb]
         x0, x1, y0, y1 = reg.x_pad_0, reg.x_pad_1, reg.y_pad_0, reg.y_pad_1
         sizes = ElemSizes.build(m, cfg, reg.memory_type, self.targets, x, "dma")
+        # With L >= 2 (the first beat at s + 3 or later) the row lengths and the index steps
+        # from a row's last beat come from registers (here and below), so no path runs from
+        # the instruction register or from r_off through a chain of adders into the request
+        # registers or w_reg (the ECP5 clock); x_size - 1 is registered from the candidate at
+        # the start, for the first request at s + 1.
+        staged = cfg.mem_read_latency_cycles >= 2
+        if staged:
+            xm1 = Signal(len(x), name="dma_x_minus_1_reg")
+            with m.If(self.start):
+                m.d.sync += xm1.eq(cur.x_size[:nb] - 1)
+            sizes = ElemSizes(cfg, sizes.sel, xm1)
         stride = Signal(ADDR_BITS)
         m.d.comb += stride.eq(sizes.to_bytes(reg.x_stride))
         gap = Signal(5)  # padding between two data rows, x_pad_1 + x_pad_0
@@ -265,7 +290,7 @@ class ReadDMA(wiring.Component):
         req, addr, beats = row_requests(
             m, "rq", cfg, load=self.start, active=c_x_any & (cur.y_size != 0),
             a0=c_sizes.to_bytes(cur.dram_base), rows=cur.y_size[:nb], stride=stride,
-            rem1=sizes.rem1, grant=self.mem.grant)
+            rem1=sizes.rem1, grant=self.mem.grant, fast_next=staged)
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- receive side ----------------------------------------------------------------
@@ -289,11 +314,7 @@ class ReadDMA(wiring.Component):
         m.d.comb += last.eq(left_after == 0)
         last_row = Signal()  # ... of the last row
         m.d.comb += last_row.eq(beat & last & (r_rows == 1))
-        # With L >= 2 (the first beat at s + 3 or later) the index steps from a row's last beat
-        # come from registers (below), and so does the stride's low bits: no path runs from the
-        # instruction register or from r_off through a chain of adders into w_reg (the ECP5
-        # clock). The stride register is loaded from s + 1, the register's first cycle.
-        staged = cfg.mem_read_latency_cycles >= 2
+        # (staged: the stride's low bits registered from s + 1, the register's first cycle)
         stride_lw: Value = stride[:lw]
         if staged:
             stride_lw = Signal(lw, name="stride_lw")
