@@ -364,12 +364,18 @@ class Compute(wiring.Component):
                 m.d.sync += operand_b.eq(Mux(is_alu, imm_vec, gemm.sums))
             with m.Elif(d_src):
                 m.d.sync += operand_b.eq(fwd)
+            # reset: the operands are zeros (the flip-flops' synchronous reset), and every
+            # operation of two zeros is zero, so no multiplexer follows the ALU (its MUL
+            # loop is the ECP5 clock). `reset` holds from the start to the finish, and the
+            # previous instruction's last operands were taken before its finish.
+            with m.If(reset):
+                m.d.sync += [operand.eq(0), operand_b.eq(0)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         m.d.comb += [
             alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),
             alu.a.eq(operand),
             alu.b.eq(operand_b),
-            x_res.eq(Mux(reset, 0, alu.out)),
+            x_res.eq(Mux(reset, 0, alu.out) if self.compact else alu.out),
         ]
         m.d.comb += [self.out_w_en[0].eq(wr_en), self.out_w_addr.eq(wr_a),
                      self.out_w_data[0].eq(Cat(*[wr_v[k * 32:k * 32 + 8]
