@@ -47,22 +47,15 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     else:
         shifted = _barrel_shift(a, b, m, name)
         product = _mul_low32(m, a, b, name)
-    # With its own multiplier MUL is selected last, by one 2:1 multiplexer (the opcode is a
-    # register): the multiplier's path is the longest, and it ends in the compute unit's
-    # forwarding multiplexer and operand register (the ECP5 clock)
-    other = r if shift_by_multiplier else Signal(signed(32), name=f"{name}_other")
     with m.Switch(op):
         with m.Case(AluOp.MIN, AluOp.MAX):
-            m.d.comb += other.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
+            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
         with m.Case(AluOp.ADD):
-            m.d.comb += other.eq(total[:32])
+            m.d.comb += r.eq(total[:32])
         with m.Case(AluOp.SHR):
-            m.d.comb += other.eq(shifted)
-        if shift_by_multiplier:
-            with m.Case(AluOp.MUL):
-                m.d.comb += r.eq(product)
-    if not shift_by_multiplier:
-        m.d.comb += r.eq(Mux(op == AluOp.MUL, product, other))
+            m.d.comb += r.eq(shifted)
+        with m.Case(AluOp.MUL):
+            m.d.comb += r.eq(product)
     return r
 
 
