@@ -144,7 +144,7 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Va
     ``M``-beat boundary are formed whether or not the burst is granted, and the grant (and
     whether the burst ends its row) only selects them (clock enables and multiplexers after
     the adders), so the row's length and the grant do not run through 32-bit adders (the ECP5
-    clock; a few more iCE40 logic cells than the masked adders otherwise).
+    clock). Otherwise the grant masks the adders' inputs (the iCE40 preset's logic).
     """
     W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
     lw, lm = _log2(W), _log2(M)
