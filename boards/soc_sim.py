@@ -177,7 +177,7 @@ def build_soc_sim(cfg: HwConfig, *, mem_bytes: int = 1 << 19, cycles_per_bit: in
         Print the tools' output.
     """
     from vtakit.boards import bridge, soc, uart
-    from vtakit.vta_hw.sim.build import _verilator_root, cached_build
+    from vtakit.vta_hw.sim.build import _verilator_root, cached_build, linked_runtime
     from vtakit.vta_hw.sim.verilog_cache import generator_version
 
     if not isinstance(cfg, HwConfig):
@@ -196,7 +196,7 @@ def build_soc_sim(cfg: HwConfig, *, mem_bytes: int = 1 << 19, cycles_per_bit: in
     # the core's sources through generator_version(); the SoC's modules as imported
     for part in [_BUILD_VERSION, generator_version(), cfg.to_json(), repr(sorted(params.items())),
                  *_VERILATOR_ARGS, *_MAKE_FLAGS, _PUBLIC_VLT, sys.version, _version("cocotb"),
-                 _version("verilator"),
+                 _version("verilator"), *linked_runtime(),
                  *(hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()
                    for m in (soc, bridge, uart))]:
         h.update(part.encode() + b"\0")

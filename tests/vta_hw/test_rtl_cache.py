@@ -244,3 +244,30 @@ def test_a_second_device_starts_fast(monkeypatch):
           f"{t2 - t1:.2f} s; second create {t3 - t2:.2f} s + identify {t4 - t3:.2f} s")
     assert t3 - t2 < 5, f"creating a second device took {t3 - t2:.1f} s"
     assert t4 - t2 < 20, f"creating and identifying a second device took {t4 - t2:.1f} s"
+
+
+@pytest.mark.rtl
+def test_a_build_for_another_cocotb_library_is_another_entry(monkeypatch):
+    """A Verilator executable loads cocotb's VPI library from the folder it was built against:
+    a new virtual environment (another folder) or cocotb version gets its own build instead of
+    an executable that cannot start ("error while loading shared libraries")."""
+    require_verilator()
+    build_module = importlib.import_module("vtakit.vta_hw.sim.build")
+    from vtakit.vta_hw.sim.standin import standin_core_verilog
+
+    names = []
+
+    def record(name, cfg_json, make):
+        names.append(name)
+        raise StopIteration  # the name is all this test needs
+
+    monkeypatch.setattr(build_module, "cached_build", record)
+    cfg = preset("ice40")
+    verilog = standin_core_verilog(cfg)
+    runtimes = [["/v", "/venv-a/cocotb/libs", "2.1.0"], ["/v", "/venv-b/cocotb/libs", "2.1.0"],
+                ["/v", "/venv-a/cocotb/libs", "2.2.0"], ["/v", "/venv-a/cocotb/libs", "2.1.0"]]
+    for runtime in runtimes:
+        monkeypatch.setattr(build_module, "linked_runtime", lambda r=runtime: r)
+        with pytest.raises(StopIteration):
+            build_module.build(cfg, verilog=verilog)
+    assert len(set(names[:3])) == 3 and names[3] == names[0]

@@ -19,7 +19,13 @@ from pathlib import Path
 
 from vtakit.vta_hw.config import HwConfig
 
-from .build import VERILATOR_ARGS, cached_build, missing_tools, verilate_for_cocotb
+from .build import (
+    VERILATOR_ARGS,
+    cached_build,
+    linked_runtime,
+    missing_tools,
+    verilate_for_cocotb,
+)
 from .verilog_cache import generator_version
 
 __all__ = ["build_axi_top", "axi_sim_env", "AXI_BUILD_VERSION"]
@@ -45,7 +51,8 @@ def build_axi_top(cfg: HwConfig, *, verilog: str | None = None) -> Path:
     vlt = f'`verilator_config\npublic_flat_rw -module "{MODULE_NAME}" -var "*"\n'
     source = generator_version() if verilog is None else verilog
     key = hashlib.sha256("\0".join([AXI_BUILD_VERSION, vlt, cfg.to_json(), source,
-                                    *VERILATOR_ARGS, sys.version]).encode()).hexdigest()[:16]
+                                    *VERILATOR_ARGS, sys.version,
+                                    *linked_runtime()]).encode()).hexdigest()[:16]
     name = f"{cfg.hash}-axi-{key}"
 
     def make(tmp: Path) -> None:

@@ -1,7 +1,8 @@
 """Build the core plus its DRAM-model test bench into a cached simulator executable.
 
 A build is keyed by the configuration hash and a hash of everything that goes into it (the
-core's Verilog, the bench, the flags, the simulator), and lives in
+core's Verilog, the bench, the flags, the simulator, and for Verilator the cocotb library the
+executable loads, :func:`linked_runtime`), and lives in
 ``$VTAKIT_CACHE_DIR/rtl/<cfg.hash>-<key>`` (default ``~/.cache/vtakit/rtl``), outside the
 repository, so test runs, CI jobs and laptops reuse it. Waveform builds (``waves=True``,
 Verilator ``--trace-fst``) are a separate variant of the same key.
@@ -31,7 +32,8 @@ from .tb import core_port_widths, testbench_verilog
 from .verilog_cache import cached_core_verilog, core_verilog
 
 __all__ = ["RtlBuild", "build", "core_verilog", "cached_core_verilog", "cache_root",
-           "cached_build", "verilate_for_cocotb", "missing_tools", "SIMULATORS"]
+           "cached_build", "verilate_for_cocotb", "missing_tools", "linked_runtime",
+           "SIMULATORS"]
 
 SIMULATORS = ("verilator", "icarus")
 TOPLEVEL = "vtakit_tb"
@@ -58,6 +60,21 @@ def _verilator_root() -> Path | None:
         return None
     root = Path(spec.origin).parent
     return root if (root / "bin" / "verilator").exists() else None
+
+
+def linked_runtime() -> list[str]:
+    """What a Verilator executable built here depends on besides its sources, for the keys of
+    cached builds: the verilator package's folder and cocotb's library folder (the executable
+    loads ``libcocotbvpi_verilator`` from there at run time, by its rpath) and version. A new
+    virtual environment (another folder) or another cocotb builds anew instead of finding an
+    executable whose library has gone."""
+    try:
+        import cocotb
+        from cocotb_tools import config
+        libs, version = str(config.libs_dir), str(getattr(cocotb, "__version__", "?"))
+    except ImportError:
+        libs, version = "-", "-"
+    return [str(_verilator_root()), libs, version]
 
 
 def missing_tools(simulator: str = "verilator") -> str | None:
@@ -225,8 +242,9 @@ def build(cfg: HwConfig, *, verilog: str | None = None, dram_bytes: int = DRAM_C
         raise ValueError(f"waves={waves!r}: expected 'fst', 'vcd' or None")
     flags = VERILATOR_ARGS + {None: [], "vcd": ["--trace", "--trace-structs"],
                               "fst": ["--trace-fst", "--trace-structs"]}[waves]
+    runtime = linked_runtime() if simulator == "verilator" else []
     key = hashlib.sha256("\0".join([_BUILD_VERSION, _PUBLIC_VLT, simulator, verilog, tb, *flags,
-                                    sys.version]).encode()).hexdigest()[:16]
+                                    sys.version, *runtime]).encode()).hexdigest()[:16]
     name = f"{cfg.hash}-{simulator}-{key}" + (f"-{waves}" if waves else "")
 
     def make(tmp: Path) -> None:
