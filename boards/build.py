@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from vtakit.boards.boards import Board, board
+from vtakit.vta_hw.alu import LANE_PREFIX, MUL_PARTS
 from vtakit.vta_hw.config import HwConfig, preset
 
 __all__ = ["build", "program", "read_report", "BuildError", "ToolchainError", "TimingError",
@@ -242,11 +243,12 @@ def read_report(nextpnr_report: dict, family: str, target_mhz: float,
             "timing": {"met": all(c["met"] for c in clocks.values()), "clocks": clocks}}
 
 
-#: the ALU's multiplier blocks in yosys' netlist: ``alu_lane`` names its three partial
-#: products ``lane<L>_p_ll``, ``_p_hl`` and ``_p_lh`` (vta_hw.alu); the MULT18X18D cell
+#: the ALU's multiplier blocks in yosys' netlist: each lane's three partial products are
+#: signals ``<LANE_PREFIX><L>_<part>`` (vta_hw.alu's names), and the MULT18X18D cell
 #: driving one is named after it
-_ALU_DSP_CELL = re.compile(r"(?:^|\.)compute\.alu\.lane(\d+)_(p_ll|p_hl|p_lh)_")
-_ALU_DSP_ORDER = ("p_ll", "p_hl", "p_lh")
+_ALU_DSP_CELL = re.compile(r"(?:^|\.)compute\.alu\." + re.escape(LANE_PREFIX)
+                           + r"(\d+)_(" + "|".join(map(re.escape, MUL_PARTS)) + ")_")
+_ALU_DSP_ORDER = MUL_PARTS
 
 
 def pin_alu_dsps(netlist: Path | str, sites: tuple[str, ...] | list[str]) -> dict:

@@ -15,7 +15,14 @@ from amaranth.lib.wiring import In, Out
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import ALU_OPCODE_BITS, AluOp
 
-__all__ = ["TensorAlu", "alu_lane", "compact_datapath"]
+__all__ = ["TensorAlu", "alu_lane", "compact_datapath", "MUL_PARTS", "LANE_PREFIX"]
+
+#: The names of MUL's three partial products in a lane (``<lane>_<part>``), low by low first:
+#: each is one 18x18 multiplier block on the ECP5 (the build's floorplan finds them by name)
+MUL_PARTS = ("p_ll", "p_hl", "p_lh")
+
+#: lane ``L``'s signals in :class:`TensorAlu` are named ``<LANE_PREFIX><L>_...``
+LANE_PREFIX = "lane"
 
 
 def compact_datapath(cfg: HwConfig) -> bool:
@@ -98,9 +105,10 @@ def _mul_low32(m: Module, a, b, name: str):
     The low word of a product is the same for signed and unsigned operands."""
     lo = 18
     hi = 32 - lo
-    p_ll = Signal(2 * lo, name=f"{name}_p_ll")
-    p_hl = Signal(hi, name=f"{name}_p_hl")
-    p_lh = Signal(hi, name=f"{name}_p_lh")
+    ll, hl, lh = MUL_PARTS
+    p_ll = Signal(2 * lo, name=f"{name}_{ll}")
+    p_hl = Signal(hi, name=f"{name}_{hl}")
+    p_lh = Signal(hi, name=f"{name}_{lh}")
     a_lo, a_hi = a.as_unsigned()[:lo], a.as_unsigned()[lo:32]
     b_lo, b_hi = b.as_unsigned()[:lo], b.as_unsigned()[lo:32]
     m.d.comb += [p_ll.eq(a_lo * b_lo), p_hl.eq((a_hi * b_lo)[:hi]),
@@ -148,6 +156,7 @@ class TensorAlu(wiring.Component):
         m = Module()
         for lane in range(self.cfg.batch * self.cfg.block_out):
             s = slice(lane * 32, (lane + 1) * 32)
-            m.d.comb += self.out[s].eq(alu_lane(m, self.op, self.a[s], self.b[s], f"lane{lane}",
+            m.d.comb += self.out[s].eq(alu_lane(m, self.op, self.a[s], self.b[s],
+                                                f"{LANE_PREFIX}{lane}",
                                                 shift_by_multiplier=self.shift_by_multiplier))
         return m
