@@ -34,12 +34,16 @@ def compact_datapath(cfg: HwConfig) -> bool:
     return cfg.batch * cfg.block_out == 1
 
 
-def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True):
+def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True,
+             parts: dict | None = None):
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
 
     ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
     preset's one lane); otherwise a barrel shifter of their own beside it (the multiplier's
-    path then has no bit reversal before and after it: a faster clock on wider cores)."""
+    path then has no bit reversal before and after it: a faster clock on wider cores), and
+    ``parts``, when given, receives the lane's ``"product"`` (MUL's result) and ``"other"``
+    (the result of every other operation; anything for MUL), of which the result is the
+    last multiplexer."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -54,15 +58,30 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     else:
         shifted = _barrel_shift(a, b, m, name)
         product = _mul_low32(m, a, b, name)
+    if shift_by_multiplier:
+        with m.Switch(op):
+            with m.Case(AluOp.MIN, AluOp.MAX):
+                m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
+            with m.Case(AluOp.ADD):
+                m.d.comb += r.eq(total[:32])
+            with m.Case(AluOp.SHR):
+                m.d.comb += r.eq(shifted)
+            with m.Case(AluOp.MUL):
+                m.d.comb += r.eq(product)
+        return r
+    # MUL's product (the multiplier blocks and their adders: the longest path) is selected
+    # last, so that a user can put that selection right in front of its registers
+    other = Signal(signed(32), name=f"{name}_other")
     with m.Switch(op):
         with m.Case(AluOp.MIN, AluOp.MAX):
-            m.d.comb += r.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
+            m.d.comb += other.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
         with m.Case(AluOp.ADD):
-            m.d.comb += r.eq(total[:32])
-        with m.Case(AluOp.SHR):
-            m.d.comb += r.eq(shifted)
-        with m.Case(AluOp.MUL):
-            m.d.comb += r.eq(product)
+            m.d.comb += other.eq(total[:32])
+        with m.Default():
+            m.d.comb += other.eq(shifted)
+    m.d.comb += r.eq(Mux(op == AluOp.MUL, product, other))
+    if parts is not None:
+        parts["product"], parts["other"] = product, other
     return r
 
 
@@ -141,7 +160,12 @@ class TensorAlu(wiring.Component):
     cfg : HwConfig
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
-    through a barrel shifter per lane (:func:`alu_lane`).
+    through a barrel shifter per lane (:func:`alu_lane`), and then ``out`` is
+    ``Mux(op == MUL, product, other)`` with both halves outputs as well: MUL's ``product``,
+    and ``other``, the result of every other operation (its value for MUL is unspecified).
+    A user that selects the product last, right before its registers, keeps the multiplier
+    blocks' path short (the ECP5 clock). On the compact datapath ``product`` and ``other``
+    are both ``out``.
     """
 
     def __init__(self, cfg: HwConfig):
@@ -150,13 +174,16 @@ class TensorAlu(wiring.Component):
         self.cfg = cfg
         self.shift_by_multiplier = compact_datapath(cfg)
         super().__init__({"op": In(ALU_OPCODE_BITS), "a": In(cfg.acc_elem_bits),
-                          "b": In(cfg.acc_elem_bits), "out": Out(cfg.acc_elem_bits)})
+                          "b": In(cfg.acc_elem_bits), "out": Out(cfg.acc_elem_bits),
+                          "product": Out(cfg.acc_elem_bits), "other": Out(cfg.acc_elem_bits)})
 
     def elaborate(self, platform):
         m = Module()
         for lane in range(self.cfg.batch * self.cfg.block_out):
             s = slice(lane * 32, (lane + 1) * 32)
-            m.d.comb += self.out[s].eq(alu_lane(m, self.op, self.a[s], self.b[s],
-                                                f"{LANE_PREFIX}{lane}",
-                                                shift_by_multiplier=self.shift_by_multiplier))
+            parts: dict = {}
+            r = alu_lane(m, self.op, self.a[s], self.b[s], f"{LANE_PREFIX}{lane}",
+                         shift_by_multiplier=self.shift_by_multiplier, parts=parts)
+            m.d.comb += [self.out[s].eq(r), self.product[s].eq(parts.get("product", r)),
+                         self.other[s].eq(parts.get("other", r))]
         return m

@@ -219,8 +219,7 @@ class Compute(wiring.Component):
         # cycles to the finish after the last issue (0: not draining)
         drain = Signal(range(max(_DRAIN_GEMM, _DRAIN_ALU_IMM, _DRAIN_ALU_TENSOR) + 1))
         issue = active & (~tensor | ~tog)
-        with m.If(active):
-            m.d.sync += tog.eq(~tog)
+        m.d.sync += tog.eq(active & ~tog)
         u1 = Signal(len(u) + 1)
         m.d.comb += u1.eq(u + 1)
         next_j = issue & (u1 == gr.uop_end)
@@ -244,11 +243,23 @@ class Compute(wiring.Component):
                 m.d.sync += [active.eq(0), drain.eq(Mux(tensor, _DRAIN_ALU_TENSOR, drain_issue))]
         src_in = Mux(is_alu, ar.src_factor_in, gr.src_factor_in)
         src_out = Mux(is_alu, ar.src_factor_out, gr.src_factor_out)
+        # The loop's registers are set up whenever no loop runs, not by the start: the
+        # candidate's counts, zero offsets, and (from the finish cycle on, as the previous
+        # instruction's pipeline reads them until then) its kind. So the start cycle's
+        # decision (the take, the tokens, an empty loop) drives one flip-flop, `active`,
+        # instead of a hundred (the ECP5 clock).
+        with m.If(~active):
+            m.d.sync += [i_left.eq(g.iter_out), j_left.eq(g.iter_in)]
+            with m.If(drain <= 1):
+                m.d.sync += [is_alu.eq(op == Opcode.ALU),
+                             tensor.eq((op == Opcode.ALU) & ~a_.use_imm), reset.eq(g.reset)]
         for off, base, f_in, f_out in ((off_d, base_d, gr.dst_factor_in, gr.dst_factor_out),
                                        (off_s, base_s, src_in, src_out),
                                        (off_w, base_w, gr.wgt_factor_in, gr.wgt_factor_out)):
             nbase = base + f_out
-            with m.If(next_i):
+            with m.If(~active):
+                m.d.sync += [base.eq(0), off.eq(0)]
+            with m.Elif(next_i):
                 m.d.sync += [base.eq(nbase), off.eq(nbase)]
             with m.Elif(next_j):
                 m.d.sync += off.eq(off + f_in)
@@ -260,10 +271,7 @@ class Compute(wiring.Component):
         m.d.comb += short_d.eq(ctl.start & Mux(is_loop, n_zero, op != Opcode.LOAD))
         m.d.sync += short.eq(short_d)
         with m.If(ctl.start & is_loop & ~n_zero):
-            m.d.sync += [active.eq(1), tog.eq(0), i_left.eq(g.iter_out), j_left.eq(g.iter_in),
-                         off_d.eq(0), off_s.eq(0), off_w.eq(0), base_d.eq(0),
-                         base_s.eq(0), base_w.eq(0), is_alu.eq(op == Opcode.ALU),
-                         tensor.eq((op == Opcode.ALU) & ~a_.use_imm), reset.eq(g.reset)]
+            m.d.sync += active.eq(1)
         m.d.comb += [fin.eq((drain == 1) | short | dma.finish),
                      fin_next.eq((drain == 2) | short_d | dma.finish_next),
                      self.finish_start.eq(ctl.start & (op == Opcode.FINISH))]
@@ -353,17 +361,31 @@ class Compute(wiring.Component):
             # before them), so the multiplier's inputs are registers
             operand_b = Signal(cfg.acc_elem_bits, reset_less=True)
             r_reg = Signal(cfg.acc_elem_bits)
+            # the forwarded word: the result being computed (hit_x), else the one being
+            # written (hit_w), else the RAM's. MUL's product is its last multiplexer, in
+            # front of the operand registers, so that MUL's one-cycle loop (operand register
+            # -> multiplier blocks -> adders -> operand register, the ECP5 clock) has one
+            # LUT after its adders; every other operation's result goes through the rest.
+            hit_x, hit_w, is_mul = Signal(), Signal(), Signal()
+            m.d.comb += [hit_x.eq(x_v & (x_a == d_a)), hit_w.eq(w_v & (w_a == d_a)),
+                         is_mul.eq(is_alu & (a_run.alu_opcode == AluOp.MUL))]
+            # (`keep`: synthesis maps the rest apart, so the product meets one LUT, instead
+            # of entering a wide multiplexer tree at its far end: the product arrives late)
+            fwd_other = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
+            m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, ram_word)))
             fwd = Signal(cfg.acc_elem_bits)
-            m.d.comb += fwd.eq(Mux(x_v & (x_a == d_a), x_res,
-                                   Mux(w_v & (w_a == d_a), r_reg, ram_word)))
+            m.d.comb += fwd.eq(Mux(hit_x & is_mul, alu.product, fwd_other))
+            # operand_b's next value, with the product last as well
+            b_rest = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
+            m.d.comb += b_rest.eq(Mux(tensor, fwd_other, Mux(is_alu, imm_vec, gemm.sums)))
+            b_next = Signal(cfg.acc_elem_bits)
+            m.d.comb += b_next.eq(Mux(tensor & hit_x & is_mul, alu.product, b_rest))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
                          r_reg.eq(x_res)]
             with m.If(d_op):
                 m.d.sync += operand.eq(fwd)
-            with m.If(~tensor):
-                m.d.sync += operand_b.eq(Mux(is_alu, imm_vec, gemm.sums))
-            with m.Elif(d_src):
-                m.d.sync += operand_b.eq(fwd)
+            with m.If(~tensor | d_src):
+                m.d.sync += operand_b.eq(b_next)
             # reset: the operands are zeros (the flip-flops' synchronous reset), and every
             # operation of two zeros is zero, so no multiplexer follows the ALU (its MUL
             # loop is the ECP5 clock). `reset` holds from the start to the finish, and the

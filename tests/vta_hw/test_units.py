@@ -270,6 +270,9 @@ def test_alu_matches_semantics(config):
             got = ctx.get(alu.out) & 0xffffffff
             want = int(_alu_op(op, np.array([a]), b)[0]) & 0xffffffff
             assert got == want, (op, a, b, got, want)
+            # the halves the compute unit selects from: MUL's product, every other result
+            half = ctx.get(alu.product if op == AluOp.MUL else alu.other)
+            assert half & 0xffffffff == want, (op, a, b, half, want)
 
     run(alu, bench, clock=False)
 
