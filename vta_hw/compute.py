@@ -375,16 +375,20 @@ class Compute(wiring.Component):
             m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, ram_word)))
             fwd = Signal(cfg.acc_elem_bits)
             m.d.comb += fwd.eq(Mux(hit_x & is_mul, alu.product, fwd_other))
-            # operand_b's next value, with the product last as well
-            b_rest = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
-            m.d.comb += b_rest.eq(Mux(tensor, fwd_other, Mux(is_alu, imm_vec, gemm.sums)))
+            # operand_b takes no product: a tensor MUL's source word that the iteration in the
+            # ALU is about to write (its issues are two cycles apart, so the ALU reads the
+            # source two cycles after it arrives) is patched from the result register in the
+            # next cycle, when no source word arrives
+            patch_b = Signal()
+            m.d.sync += patch_b.eq(d_src & hit_x & is_mul)
             b_next = Signal(cfg.acc_elem_bits)
-            m.d.comb += b_next.eq(Mux(tensor & hit_x & is_mul, alu.product, b_rest))
+            m.d.comb += b_next.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
+                                                          Mux(is_alu, imm_vec, gemm.sums))))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
                          r_reg.eq(x_res)]
             with m.If(d_op):
                 m.d.sync += operand.eq(fwd)
-            with m.If(~tensor | d_src):
+            with m.If(~tensor | d_src | patch_b):
                 m.d.sync += operand_b.eq(b_next)
             # reset: the operands are zeros (the flip-flops' synchronous reset), and every
             # operation of two zeros is zero, so no multiplexer follows the ALU (its MUL
