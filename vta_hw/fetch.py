@@ -141,10 +141,10 @@ class Fetch(wiring.Component):
         # multiplexer). More slots: the buffer holds the window and dispatch indexes it.
         shift = lw <= li and slots == 2
         rcv = Signal(range(nb + 1))
+        widx = Signal(range(nb))  # the bus word of the buffer that a received beat fills
+        m.d.comb += widx.eq(rcv if shift else first_w + rcv)
         with m.If(client.rd_valid & (st == REQ)):
             m.d.sync += rcv.eq(rcv + 1)
-            widx = Signal(range(nb))
-            m.d.comb += widx.eq(rcv if shift else first_w + rcv)
             for j in range(nb):
                 with m.If(widx == j):
                     m.d.sync += buf[j * W * 8:(j + 1) * W * 8].eq(client.rd_data)
@@ -166,7 +166,29 @@ class Fetch(wiring.Component):
         queues = self.queues()
         for q in QUEUES:
             m.d.comb += queues[q].data.eq(word)
-        mem = data.View(insn_layouts(cfg).mem, word)
+        lay = insn_layouts(cfg).mem
+        if shift:
+            mem = data.View(lay, word)
+        else:
+            # The fields that route the instruction (opcode, memory type: its low bits) are
+            # kept in a register of their own, loaded from the beat that brings them and from
+            # the buffer at each dispatch, so the dispatch decision (target, its queue's room,
+            # `go`) does not wait on the buffer's multiplexer (the ECP5 clock)
+            nf = max(lay[f].offset + lay[f].shape.width for f in ("opcode", "memory_type"))
+            head = Signal(nf)
+            mem = data.View(lay, Cat(head, Const(0, isa.INSN_WIDTH_BITS - nf)))
+            ib, bw = isa.INSN_WIDTH_BITS, W * 8
+            # slot j's low bits: bus word j * ib // bw of the buffer, at bit (j * ib) % bw
+            with m.If(client.rd_valid & (st == REQ)):
+                for j in range(slots):
+                    with m.If((slot == j) & (widx == j * ib // bw)):
+                        o = (j * ib) % bw
+                        m.d.sync += head.eq(client.rd_data[o:o + nf])
+            if slots > 1:
+                with m.If(go & ~last_in_group):
+                    for j in range(slots - 1):
+                        with m.If(slot == j):
+                            m.d.sync += head.eq(buf[(j + 1) * ib:(j + 1) * ib + nf])
         # routing (docs/timing.md §3): LOAD INP / WGT to load, STORE to store, the rest compute
         to_load_unit = mem.memory_type == LOAD_UNIT_MEMORY_TYPES[0]
         for t in LOAD_UNIT_MEMORY_TYPES[1:]:
