@@ -139,16 +139,23 @@ def _mul_low32(m: Module, a, b, name: str):
 
 def _barrel_shift(a, b, m: Module, name: str):
     """``a >> min(b, 31)`` (arithmetic) for ``b >= 0``, ``a << -b`` (0 from 32 on) for
-    ``b < 0``, in a barrel shifter of its own."""
+    ``b < 0``, in a barrel shifter of its own.
+
+    The shifters take ``b``'s low five bits as they are, and whether the amount saturates
+    (``b >= 32``, or ``-b >= 32``) is decided beside them and applied in the last
+    multiplexer, so that no adder or wide OR sits in front of the shifters: for ``-31 <= b
+    <= -1``, ``-b = ~b[:5] + 1``, and ``a << -b`` is ``(a << 1) << ~b[:5]``."""
     neg = b[31]
     # -b >= 32 (or b = -2**31): every bit shifted out
-    big_left = neg & (~b[5:31].all() | (b[:5] == 0))
-    right_amt = Signal(5, name=f"{name}_ramt")
-    m.d.comb += right_amt.eq(Mux(b[5:31].any(), 31, b[:5]))
-    left_amt = Signal(5, name=f"{name}_lamt")
-    m.d.comb += left_amt.eq((~b[:5]) + 1)
+    big_left = Signal(name=f"{name}_lbig")
+    m.d.comb += big_left.eq(~b[5:31].all() | (b[:5] == 0))
+    big_right = Signal(name=f"{name}_rbig")
+    m.d.comb += big_right.eq(b[5:31].any())
+    left = Signal(32, name=f"{name}_lsh")
+    right = Signal(signed(32), name=f"{name}_rsh")
+    m.d.comb += [left.eq(((a << 1) << ~b[:5])[:32]), right.eq(a >> b[:5])]
     sh = Signal(signed(32), name=f"{name}_sh")
-    m.d.comb += sh.eq(Mux(neg, Mux(big_left, 0, (a << left_amt)[:32]), a >> right_amt))
+    m.d.comb += sh.eq(Mux(neg, Mux(big_left, 0, left), Mux(big_right, a >> 31, right)))
     return sh
 
 

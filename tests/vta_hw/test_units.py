@@ -254,6 +254,9 @@ ALU_CASES = [(op, a, b) for op in AluOp for a, b in
               (-(2**31), 31), (-(2**31), -(2**31)), (2**31 - 1, 2**31 - 1), (-1, 0), (7, 0)]
              + [tuple(int(v) for v in pair) for pair in  # every bit of either operand
                 np.random.default_rng(11).integers(-(2**31), 2**31, size=(24, 2))]]
+# every shift amount from -34 to 34 (each saturation edge of either direction), of a negative
+# and a positive operand
+ALU_CASES += [(AluOp.SHR, a, b) for a in (-0x6543210f, 0x12345679) for b in range(-34, 35)]
 
 
 @pytest.mark.parametrize("config", ["ice40", "ecp5"])  # shifts by multiplier / barrel shifter
