@@ -37,6 +37,7 @@ from typing import Any
 from vtakit.boards.boards import Board, board
 from vtakit.vta_hw.alu import LANE_PREFIX, MUL_PARTS
 from vtakit.vta_hw.config import HwConfig, preset
+from vtakit.vta_hw.synth import KEEP_REPLICAS
 
 __all__ = ["build", "program", "read_report", "BuildError", "ToolchainError", "TimingError",
            "ExportOnlyError", "NoBoardError", "BuildResult", "DESIGN_NAME", "default_output",
@@ -74,7 +75,8 @@ HEARTBEAT_S = 30.0
 #: has to spare. Taking the read registers out of the memories lets yosys' memory_dff merge
 #: them back with the attribute in effect, as it does for Amaranth's Verilog output (which
 #: ``vtakit hw report`` reads; reading the same design as Verilog takes 4 minutes on ECP5).
-SCRIPT_AFTER_READ = "proc; memory_collect; memory_nordff"
+#: Then the replica registers are marked `keep` (vta_hw.synth.KEEP_REPLICAS).
+SCRIPT_AFTER_READ = f"proc; memory_collect; memory_nordff; {KEEP_REPLICAS}"
 
 #: nextpnr's router per family where it is not the default. The UP5K is 97 % full: router1 got
 #: stuck on one placement of the iceBreaker SoC (seed 1: 3,412 overused wires, unchanged for

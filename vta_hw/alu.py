@@ -9,13 +9,14 @@ and both shifts.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import ALU_OPCODE_BITS, AluOp
 
-__all__ = ["TensorAlu", "alu_lane", "compact_datapath", "MUL_PARTS", "LANE_PREFIX"]
+__all__ = ["TensorAlu", "alu_lane", "alu_control", "compact_datapath", "ALU_CONTROL",
+           "MUL_PARTS", "LANE_PREFIX"]
 
 #: The names of MUL's three partial products in a lane (``<lane>_<part>``), low by low first:
 #: each is one 18x18 multiplier block on the ECP5 (the build's floorplan finds them by name)
@@ -23,6 +24,16 @@ MUL_PARTS = ("p_ll", "p_hl", "p_lh")
 
 #: lane ``L``'s signals in :class:`TensorAlu` are named ``<LANE_PREFIX><L>_...``
 LANE_PREFIX = "lane"
+
+#: an operation decoded for the barrel-shifter datapath: MIN or MAX (the adder subtracts and
+#: the result is a or b), MAX, ADD, MUL; none of them set is SHR
+ALU_CONTROL = data.StructLayout({"minmax": 1, "max": 1, "add": 1, "mul": 1})
+
+
+def alu_control(op):
+    """``op`` (an :class:`~vtakit.vta_hw.isa.AluOp` value) decoded as :data:`ALU_CONTROL`."""
+    return Cat((op == AluOp.MIN) | (op == AluOp.MAX), op == AluOp.MAX, op == AluOp.ADD,
+               op == AluOp.MUL)
 
 
 def compact_datapath(cfg: HwConfig) -> bool:
@@ -35,7 +46,7 @@ def compact_datapath(cfg: HwConfig) -> bool:
 
 
 def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True,
-             parts: dict | None = None):
+             parts: dict | None = None, control=None):
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
 
     ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
@@ -43,12 +54,16 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     path then has no bit reversal before and after it: a faster clock on wider cores), and
     ``parts``, when given, receives the lane's ``"product"`` (MUL's result) and ``"other"``
     (the result of every other operation; anything for MUL), of which the result is the
-    last multiplexer."""
+    last multiplexer. The barrel-shifter datapath takes the operation decoded
+    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
+    if control is None:
+        control = alu_control(op)
+    ctl = data.View(ALU_CONTROL, control)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
     sub = Signal(name=f"{name}_sub")
-    m.d.comb += sub.eq((op == AluOp.MIN) | (op == AluOp.MAX))
+    m.d.comb += sub.eq(ctl.minmax)
     a33, b33 = Cat(a, a[31]), Cat(b, b[31])
     total = Signal(33, name=f"{name}_sum")
     m.d.comb += total.eq((Cat(sub, a33) + Cat(sub, b33 ^ sub.replicate(33)))[1:])
@@ -72,14 +87,9 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     # MUL's product (the multiplier blocks and their adders: the longest path) is selected
     # last, so that a user can put that selection right in front of its registers
     other = Signal(signed(32), name=f"{name}_other")
-    with m.Switch(op):
-        with m.Case(AluOp.MIN, AluOp.MAX):
-            m.d.comb += other.eq(Mux(lt ^ (op == AluOp.MAX), a, b))
-        with m.Case(AluOp.ADD):
-            m.d.comb += other.eq(total[:32])
-        with m.Default():
-            m.d.comb += other.eq(shifted)
-    m.d.comb += r.eq(Mux(op == AluOp.MUL, product, other))
+    m.d.comb += other.eq(Mux(ctl.minmax, Mux(lt ^ ctl.max, a, b),
+                             Mux(ctl.add, total[:32], shifted)))
+    m.d.comb += r.eq(Mux(ctl.mul, product, other))
     if parts is not None:
         parts["product"], parts["other"] = product, other
     return r
@@ -165,6 +175,11 @@ class TensorAlu(wiring.Component):
     Parameters
     ----------
     cfg : HwConfig
+    decoded : bool
+        Take the operation decoded, one :data:`ALU_CONTROL` per lane (input ``control``, an
+        array of them), in place of ``op``; only on the barrel-shifter datapath. A user that
+        registers each lane's copy apart (the compute unit) keeps the operation's decoding
+        and its fan-out across the lanes off the ALU's paths.
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
     through a barrel shifter per lane (:func:`alu_lane`), and then ``out`` is
@@ -175,22 +190,33 @@ class TensorAlu(wiring.Component):
     are both ``out``.
     """
 
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, decoded: bool = False):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"TensorAlu: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.shift_by_multiplier = compact_datapath(cfg)
-        super().__init__({"op": In(ALU_OPCODE_BITS), "a": In(cfg.acc_elem_bits),
-                          "b": In(cfg.acc_elem_bits), "out": Out(cfg.acc_elem_bits),
-                          "product": Out(cfg.acc_elem_bits), "other": Out(cfg.acc_elem_bits)})
+        if decoded and self.shift_by_multiplier:
+            raise ValueError("TensorAlu: decoded=True needs the barrel-shifter datapath; "
+                             f"the compact one (a core of one lane) takes op, got {cfg!r}")
+        self.decoded = decoded
+        lanes = cfg.batch * cfg.block_out
+        ports = {"a": In(cfg.acc_elem_bits), "b": In(cfg.acc_elem_bits),
+                 "out": Out(cfg.acc_elem_bits), "product": Out(cfg.acc_elem_bits),
+                 "other": Out(cfg.acc_elem_bits)}
+        if decoded:
+            ports["control"] = In(data.ArrayLayout(ALU_CONTROL, lanes))
+        else:
+            ports["op"] = In(ALU_OPCODE_BITS)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         for lane in range(self.cfg.batch * self.cfg.block_out):
             s = slice(lane * 32, (lane + 1) * 32)
             parts: dict = {}
-            r = alu_lane(m, self.op, self.a[s], self.b[s], f"{LANE_PREFIX}{lane}",
-                         shift_by_multiplier=self.shift_by_multiplier, parts=parts)
+            r = alu_lane(m, None if self.decoded else self.op, self.a[s], self.b[s],
+                         f"{LANE_PREFIX}{lane}", shift_by_multiplier=self.shift_by_multiplier,
+                         parts=parts, control=self.control[lane] if self.decoded else None)
             m.d.comb += [self.out[s].eq(r), self.product[s].eq(parts.get("product", r)),
                          self.other[s].eq(parts.get("other", r))]
         return m

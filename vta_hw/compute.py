@@ -34,7 +34,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from vtakit.vta_hw.alu import TensorAlu, compact_datapath
+from vtakit.vta_hw.alu import ALU_CONTROL, TensorAlu, alu_control, compact_datapath
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.control import command_member, unit_control
 from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
@@ -42,6 +42,7 @@ from vtakit.vta_hw.gemm import GemmCore, check_dsp_products
 from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
 from vtakit.vta_hw.isa import AluOp, MemType, Opcode
 from vtakit.vta_hw.layouts import insn_layouts
+from vtakit.vta_hw.synth import REPLICA_SUFFIX
 from vtakit.vta_hw.timing_facts import (
     ALU_PIPELINE_CYCLES,
     GEMM_PIPELINE_CYCLES,
@@ -320,7 +321,7 @@ class Compute(wiring.Component):
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
         gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products,
                                             operand_regs=not self.compact)
-        alu = m.submodules.alu = TensorAlu(cfg)
+        alu = m.submodules.alu = TensorAlu(cfg, decoded=not self.compact)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
         lanes = cfg.batch * cfg.block_out
@@ -366,15 +367,30 @@ class Compute(wiring.Component):
             # front of the operand registers, so that MUL's one-cycle loop (operand register
             # -> multiplier blocks -> adders -> operand register, the ECP5 clock) has one
             # LUT after its adders; every other operation's result goes through the rest.
-            hit_x, hit_w, is_mul = Signal(), Signal(), Signal()
-            m.d.comb += [hit_x.eq(x_v & (x_a == d_a)), hit_w.eq(w_v & (w_a == d_a)),
-                         is_mul.eq(is_alu & (a_run.alu_opcode == AluOp.MUL))]
+            hit_x, hit_w = Signal(), Signal()
+            m.d.comb += [hit_x.eq(x_v & (x_a == d_a)), hit_w.eq(w_v & (w_a == d_a))]
+            # The ALU's operation, decoded into a register of each lane's own (ALU_CONTROL):
+            # no decoding on the ALU's paths, and no one net to all the lanes' adders and
+            # multiplexers, which lie across the die along the ALU's multiplier blocks (the
+            # ECP5 clock). The build keeps the copies apart (REPLICA_SUFFIX). The operation
+            # holds from s + 1 (is_alu and the control's register), its copies from s + 2,
+            # the ALU's first cycle is t + 3 >= s + 4; a copy changes a cycle after the
+            # operation, later than the previous instruction's last use of it.
+            op_now = Mux(is_alu, a_run.alu_opcode, AluOp.ADD)
+            ctl = [Signal(ALU_CONTROL, name=f"alu_ctl{k}{REPLICA_SUFFIX}")
+                   for k in range(lanes)]
+            for k in range(lanes):
+                m.d.sync += ctl[k].eq(alu_control(op_now))
+                m.d.comb += alu.control[k].eq(ctl[k])
             # (`keep`: synthesis maps the rest apart, so the product meets one LUT, instead
             # of entering a wide multiplexer tree at its far end: the product arrives late)
             fwd_other = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
             m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, ram_word)))
             fwd = Signal(cfg.acc_elem_bits)
-            m.d.comb += fwd.eq(Mux(hit_x & is_mul, alu.product, fwd_other))
+            for k in range(lanes):
+                w = slice(32 * k, 32 * (k + 1))
+                m.d.comb += fwd[w].eq(Mux(hit_x & ctl[k].mul, alu.product[w], fwd_other[w]))
+            is_mul = ctl[0].mul
             # operand_b takes no product: a tensor MUL's source word that the iteration in the
             # ALU is about to write (its issues are two cycles apart, so the ALU reads the
             # source two cycles after it arrives) is patched from the result register in the
@@ -397,8 +413,9 @@ class Compute(wiring.Component):
             with m.If(reset):
                 m.d.sync += [operand.eq(0), operand_b.eq(0)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
+        if self.compact:
+            m.d.comb += alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD))
         m.d.comb += [
-            alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD)),
             alu.a.eq(operand),
             alu.b.eq(operand_b),
             x_res.eq(Mux(reset, 0, alu.out) if self.compact else alu.out),

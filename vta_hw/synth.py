@@ -18,7 +18,16 @@ from pathlib import Path
 
 from vtakit.vta_hw.config import HwConfig
 
-__all__ = ["verilog", "report", "has_yowasp", "TARGETS", "PARTS", "NEEDS_YOWASP"]
+__all__ = ["verilog", "report", "has_yowasp", "TARGETS", "PARTS", "NEEDS_YOWASP",
+           "REPLICA_SUFFIX", "KEEP_REPLICAS"]
+
+#: A register whose name ends in this is one of several copies of the same value, each
+#: feeding a part of the design of its own (a lane's share of a wide fan-out): synthesis
+#: would merge the copies (they have the same input), so a flow marks them `keep` with
+#: :data:`KEEP_REPLICAS` (after ``proc``, before ``synth_*``).
+REPLICA_SUFFIX = "_rep"
+#: the yosys command that keeps each replica register (the cell driving a ``*_rep`` wire)
+KEEP_REPLICAS = f"setattr -set keep 1 w:*{REPLICA_SUFFIX} %ci1 c:* %i"
 
 TARGETS = ("generic", "ecp5", "ice40")
 # generic: word-level synthesis (multipliers stay $mul, SRAMs stay memories). A full `synth`
@@ -26,7 +35,7 @@ TARGETS = ("generic", "ecp5", "ice40")
 _SCRIPT = {"generic": "hierarchy -top vta_core\nproc\nflatten\nopt_expr\nopt_clean\n"
                       "opt -nodffe -nosdff\nfsm\nopt\nwreduce\npeepopt\nopt_clean\n"
                       "memory -nomap\nopt_clean",
-           "ecp5": "synth_ecp5 -top vta_core",
+           "ecp5": f"hierarchy -top vta_core\nproc\n{KEEP_REPLICAS}\nsynth_ecp5 -top vta_core",
            "ice40": "synth_ice40 -top vta_core -dsp"}
 _DSP = ("$mul", "MULT18X18D", "SB_MAC16", "ALU54B")
 _BRAM_BITS = {"DP16KD": 18432, "PDPW16KD": 18432, "SB_RAM40_4K": 4096,

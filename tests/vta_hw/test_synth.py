@@ -54,3 +54,35 @@ def test_fpga_target_without_yowasp_says_what_to_install(monkeypatch):
         report(preset("ice40"), "ice40")
     with pytest.raises(ValueError, match="unknown synthesis target 'vivado'"):
         report(preset("ice40"), "vivado")
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_replica_registers_stay_apart_only_when_kept(tmp_path, keep):
+    """Four copies of one register (``*_rep``, as the compute unit's per-lane ALU controls):
+    KEEP_REPLICAS keeps four flip-flops through synth_ecp5; without it yosys merges them."""
+    import json
+    import subprocess
+
+    from amaranth.back import rtlil
+    from amaranth.hdl import Cat, Module, Signal
+
+    from vtakit.vta_hw import synth
+
+    yosys = synth._yowasp()
+    if yosys is None:
+        pytest.skip(NEEDS_YOWASP)
+    m = Module()
+    a, o = Signal(4), Signal(4)
+    reps = [Signal(name=f"c{k}{synth.REPLICA_SUFFIX}") for k in range(4)]
+    m.d.sync += [r.eq((a == 3) | (a == 5)) for r in reps]
+    m.d.comb += o.eq(Cat(*reps))
+    (tmp_path / "t.il").write_text(rtlil.convert(m, name="top", ports=[a, o]))
+    script = ("read_rtlil t.il\nhierarchy -top top\nproc\n"
+              + (f"{synth.KEEP_REPLICAS}\n" if keep else "")
+              + "synth_ecp5 -top top\ntee -q -o stat.json stat -json\n")
+    (tmp_path / "run.ys").write_text(script)
+    subprocess.run([yosys, "-q", "-s", "run.ys"], cwd=tmp_path, check=True, timeout=300,
+                   capture_output=True)
+    stat = json.loads((tmp_path / "stat.json").read_text())
+    cells = (stat.get("design") or next(iter(stat["modules"].values())))["num_cells_by_type"]
+    assert cells.get("TRELLIS_FF") == (4 if keep else 1), cells

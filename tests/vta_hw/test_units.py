@@ -259,15 +259,26 @@ ALU_CASES = [(op, a, b) for op in AluOp for a, b in
 ALU_CASES += [(AluOp.SHR, a, b) for a in (-0x6543210f, 0x12345679) for b in range(-34, 35)]
 
 
-@pytest.mark.parametrize("config", ["ice40", "ecp5"])  # shifts by multiplier / barrel shifter
-def test_alu_matches_semantics(config):
-    alu = TensorAlu(preset(config))
+def _alu_control_bits(op) -> int:
+    """ALU_CONTROL's bits of ``op``, written out: MIN or MAX, MAX, ADD, MUL."""
+    return ((op in (AluOp.MIN, AluOp.MAX)) | (op == AluOp.MAX) << 1 | (op == AluOp.ADD) << 2
+            | (op == AluOp.MUL) << 3)
+
+
+# shifts by multiplier / barrel shifter; the latter with the operation decoded per lane
+@pytest.mark.parametrize("config,decoded", [("ice40", False), ("ecp5", False), ("ecp5", True)])
+def test_alu_matches_semantics(config, decoded):
+    alu = TensorAlu(preset(config), decoded=decoded)
     assert alu.shift_by_multiplier == (config == "ice40")
     lanes = 2
 
     async def bench(ctx):
         for op, a, b in ALU_CASES:
-            ctx.set(alu.op, op)
+            if decoded:
+                ctx.set(alu.control.as_value(), sum(_alu_control_bits(op) << (4 * k)
+                                                    for k in range(preset(config).block_out)))
+            else:
+                ctx.set(alu.op, op)
             ctx.set(alu.a, sum((a & 0xffffffff) << (32 * k) for k in range(lanes)))
             ctx.set(alu.b, sum((b & 0xffffffff) << (32 * k) for k in range(lanes)))
             got = ctx.get(alu.out) & 0xffffffff
@@ -278,6 +289,11 @@ def test_alu_matches_semantics(config):
             assert half & 0xffffffff == want, (op, a, b, half, want)
 
     run(alu, bench, clock=False)
+
+
+def test_alu_decoded_needs_the_barrel_shifter_datapath():
+    with pytest.raises(ValueError, match="decoded=True needs the barrel-shifter datapath"):
+        TensorAlu(preset("ice40"), decoded=True)
 
 
 def test_booth_multiplier_is_exact_on_every_int8_pair():
