@@ -130,6 +130,8 @@ async def _host_read(ctx, dut, addr: int) -> int:
         await ctx.tick()
     await ctx.tick()
     ctx.set(dut.host_r_en, 0)
+    assert not ctx.get(dut.host_r_valid)     # the RAM reads in the cycle after the take
+    await ctx.tick()
     assert ctx.get(dut.host_r_valid)
     return ctx.get(dut.host_r_data)
 
@@ -138,7 +140,7 @@ async def _host_read(ctx, dut, addr: int) -> int:
 def test_host_port_shares_the_memory(name):
     """32-bit host words with byte strobes land in the right lane of the bus word; the core's
     reads see them, the host reads back the core's writes; the host is refused while the core
-    runs and during the core's bursts, and its read word comes the next cycle."""
+    runs and during the core's bursts, and its read word comes two cycles after the take."""
     cfg = CONFIGS[name]
     W, L = cfg.bus_bytes, cfg.mem_read_latency_cycles
     dut = BurstMemory(cfg, 64 * W, "bram")
@@ -176,6 +178,7 @@ def test_host_port_shares_the_memory(name):
         ctx.set(dut.wr_data_valid, 0)
         log["after_write"] = await _host_read(ctx, dut, W)
         ctx.set(dut.core_running, 1)
+        log["ready_starting"] = ctx.get(dut.host_ready)  # the start's own cycle
         await ctx.tick()
         log["ready_running"] = ctx.get(dut.host_ready)
         ctx.set(dut.core_running, 0)
@@ -193,7 +196,7 @@ def test_host_port_shares_the_memory(name):
            for k in range(0, len(words), W // 4)]
     assert log["core"] == bus
     assert log["after_write"] == (words[W // 4] & ~0xFF) | 0xFF
-    assert log["ready_running"] == 0 and log["ready_idle"] == 1
+    assert log["ready_starting"] == 0 and log["ready_running"] == 0 and log["ready_idle"] == 1
 
 
 def test_memory_checks_its_parameters():
