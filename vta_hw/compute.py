@@ -223,7 +223,11 @@ class Compute(wiring.Component):
         m.d.sync += tog.eq(active & ~tog)
         u1 = Signal(len(u) + 1)
         m.d.comb += u1.eq(u + 1)
-        next_j = issue & (u1 == gr.uop_end)
+        # micro-ops left in this pass of the inner loop, the current one included
+        # (uop_end - u): the pass's last is a comparison of a register with a constant, not
+        # of u + 1's carry chain with uop_end, on the way to the micro-op RAM's address
+        k_left = Signal(len(g.uop_end))
+        next_j = issue & (k_left == 1)
         next_i = next_j & (j_left == 1)
         # u in the next cycle, the micro-op RAM's read address. Outside a loop it is the
         # candidate's uop_bgn whether or not the candidate starts (a read has no effect): the
@@ -235,7 +239,10 @@ class Compute(wiring.Component):
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))
         with m.If(next_j):
-            m.d.sync += j_left.eq(Mux(next_i, gr.iter_in, j_left - 1))
+            m.d.sync += [j_left.eq(Mux(next_i, gr.iter_in, j_left - 1)),
+                         k_left.eq(gr.uop_end - gr.uop_bgn)]
+        with m.Elif(issue):
+            m.d.sync += k_left.eq(k_left - 1)
         with m.If(next_i):
             m.d.sync += i_left.eq(i_left - 1)
             with m.If(i_left == 1):
@@ -250,7 +257,8 @@ class Compute(wiring.Component):
         # decision (the take, the tokens, an empty loop) drives one flip-flop, `active`,
         # instead of a hundred (the ECP5 clock).
         with m.If(~active):
-            m.d.sync += [i_left.eq(g.iter_out), j_left.eq(g.iter_in)]
+            m.d.sync += [i_left.eq(g.iter_out), j_left.eq(g.iter_in),
+                         k_left.eq(g.uop_end - g.uop_bgn)]
             with m.If(drain <= 1):
                 m.d.sync += [is_alu.eq(op == Opcode.ALU),
                              tensor.eq((op == Opcode.ALU) & ~a_.use_imm), reset.eq(g.reset)]
