@@ -179,10 +179,14 @@ class BurstMemory(wiring.Component):
 
     Host side (the bridge's memory master): ``host_addr`` (byte address of a 32-bit word),
     ``host_w_en`` + ``host_w_data`` + ``host_w_strb``, or ``host_r_en``, held until a cycle
-    with ``host_ready``, which takes the request; the RAM does it in the next cycle, and a
-    read's word comes on ``host_r_data`` with ``host_r_valid`` two cycles after the take.
-    ``host_ready`` is low while ``core_running`` is high, in the cycle after, and while a
-    burst of the core is in progress; it depends on ``core_running`` and registers only. A core that still
+    with ``host_ready``, which takes the request. With ``host_stage`` (the default for a
+    ``bram`` memory) the RAM does it in the next cycle, and a read's word comes on
+    ``host_r_data`` with ``host_r_valid`` two cycles after the take; ``host_ready`` is low
+    while ``core_running`` is high, in the cycle after, and while a burst of the core is in
+    progress, and depends on ``core_running`` and registers only. Without it (the default for
+    ``spram``) the RAM does the request in the take's cycle, the word comes in the next, and
+    ``host_ready`` is a register: low in the cycle after one with ``core_running`` high and
+    while a burst of the core is in progress. A core that still
     moves data after its run ended (an UNFINISHED fault) can lose beats to the host: reset it
     first, as after any fault.
 
@@ -196,10 +200,12 @@ class BurstMemory(wiring.Component):
         :class:`Ram` kind.
     init : Sequence[int]
         Initial bus words (simulation, ``bram``).
+    host_stage : bool or None
+        Register the host's request before the RAM (above); ``None``: for ``bram`` only.
     """
 
     def __init__(self, cfg: HwConfig, size_bytes: int, kind: str = "bram",
-                 init: Sequence[int] = ()):
+                 init: Sequence[int] = (), host_stage: bool | None = None):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"BurstMemory: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg.validate()
@@ -212,6 +218,7 @@ class BurstMemory(wiring.Component):
             raise ValueError(f"BurstMemory: size_bytes={size_bytes} is not a multiple of the "
                              f"{cfg.bus_bytes}-byte bus word")
         self.size_bytes = size_bytes
+        self.host_stage = kind == "bram" if host_stage is None else bool(host_stage)
         self.words = size_bytes // cfg.bus_bytes
         self.ram = Ram(cfg.bus_width_bits, self.words, kind, init)
         mb, bus = cfg.mem_max_burst_beats, cfg.bus_width_bits
@@ -288,31 +295,31 @@ class BurstMemory(wiring.Component):
         # lie across the die (the ECP5 build's clock). The RAM is free at t + 1: no beat of
         # the core at t (ready), so no burst goes on, and the core, not running at t, makes
         # no request before t + 2 (its first comes the cycle after the start).
-        m.d.comb += self.host_ready.eq(ready & ~self.core_running)
-        host = Signal()
-        m.d.comb += host.eq(self.host_ready & (self.host_w_en | self.host_r_en))
-        host_strb = Signal(cfg.bus_bytes)
-        m.d.comb += host_strb.eq(Mux(self.host_w_en, self.host_w_strb, 0)
-                                 << (lane * (HOST_WORD_BITS // 8)))
-        h_go, h_read = Signal(), Signal()
-        h_word, h_strb = Signal(aw), Signal(cfg.bus_bytes)
-        h_data = Signal(cfg.bus_width_bits)
-        lane_q, lane_qq = Signal.like(lane), Signal.like(lane)
-        m.d.sync += [h_go.eq(host), h_read.eq(host & self.host_r_en & ~self.host_w_en),
-                     h_word.eq(word(self.host_addr)), h_strb.eq(host_strb),
-                     h_data.eq(Cat(*[self.host_w_data] * lanes)), lane_q.eq(lane),
-                     lane_qq.eq(lane_q)]
-        with m.If(h_go):
-            m.d.comb += [ram.addr.eq(h_word), ram.w_en.eq(h_strb), ram.w_data.eq(h_data),
-                         ram.r_en.eq(h_read)]
-        with m.Else():
-            m.d.comb += [ram.addr.eq(beat_word),
-                         ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
-                         ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
-        host_read_q = Signal()
-        m.d.sync += host_read_q.eq(h_read)
-        m.d.comb += [self.host_r_valid.eq(host_read_q),
-                     self.host_r_data.eq(ram.r_data.word_select(lane_qq, HOST_WORD_BITS))]
+        if self.host_stage:
+            self._host_staged(m, ram, ready, lane, lanes, word, aw, beat_word, core, rd_beat)
+        else:
+            # on the iCE40's SPRAMs (logic cells run out, the clock is the oscillator's) the
+            # RAM does the request in the take's cycle
+            m.d.comb += self.host_ready.eq(ready)
+            host = Signal()
+            m.d.comb += host.eq(ready & (self.host_w_en | self.host_r_en))
+            host_strb = Signal(cfg.bus_bytes)
+            m.d.comb += host_strb.eq(Mux(self.host_w_en, self.host_w_strb, 0)
+                                     << (lane * (HOST_WORD_BITS // 8)))
+            with m.If(host):
+                m.d.comb += [ram.addr.eq(word(self.host_addr)), ram.w_en.eq(host_strb),
+                             ram.w_data.eq(Cat(*[self.host_w_data] * lanes)),
+                             ram.r_en.eq(self.host_r_en & ~self.host_w_en)]
+            with m.Else():
+                m.d.comb += [ram.addr.eq(beat_word),
+                             ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
+                             ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
+            host_read_q = Signal()
+            lane_q = Signal.like(lane)
+            m.d.sync += [host_read_q.eq(host & self.host_r_en & ~self.host_w_en),
+                         lane_q.eq(lane)]
+            m.d.comb += [self.host_r_valid.eq(host_read_q),
+                         self.host_r_data.eq(ram.r_data.word_select(lane_q, HOST_WORD_BITS))]
 
         # the core's read beats: valid L cycles after the beat, data through a delay line of
         # L - 1 cycles behind the RAM's one
@@ -339,6 +346,35 @@ class BurstMemory(wiring.Component):
             m.d.comb += [w.addr.eq(wp), w.data.eq(ram.r_data), w.en.eq(1),
                          r.addr.eq(wp + (depth - (L - 2)) % depth), self.rd_data.eq(r.data)]
         return m
+
+    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, beat_word, core, rd_beat):
+        """The host's request registered before the RAM (``host_stage``)."""
+        cfg = self.cfg
+        m.d.comb += self.host_ready.eq(ready & ~self.core_running)
+        host = Signal()
+        m.d.comb += host.eq(self.host_ready & (self.host_w_en | self.host_r_en))
+        host_strb = Signal(cfg.bus_bytes)
+        m.d.comb += host_strb.eq(Mux(self.host_w_en, self.host_w_strb, 0)
+                                 << (lane * (HOST_WORD_BITS // 8)))
+        h_go, h_read = Signal(), Signal()
+        h_word, h_strb = Signal(aw), Signal(cfg.bus_bytes)
+        h_data = Signal(cfg.bus_width_bits)
+        lane_q, lane_qq = Signal.like(lane), Signal.like(lane)
+        m.d.sync += [h_go.eq(host), h_read.eq(host & self.host_r_en & ~self.host_w_en),
+                     h_word.eq(word(self.host_addr)), h_strb.eq(host_strb),
+                     h_data.eq(Cat(*[self.host_w_data] * lanes)), lane_q.eq(lane),
+                     lane_qq.eq(lane_q)]
+        with m.If(h_go):
+            m.d.comb += [ram.addr.eq(h_word), ram.w_en.eq(h_strb), ram.w_data.eq(h_data),
+                         ram.r_en.eq(h_read)]
+        with m.Else():
+            m.d.comb += [ram.addr.eq(beat_word),
+                         ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
+                         ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
+        host_read_q = Signal()
+        m.d.sync += host_read_q.eq(h_read)
+        m.d.comb += [self.host_r_valid.eq(host_read_q),
+                     self.host_r_data.eq(ram.r_data.word_select(lane_qq, HOST_WORD_BITS))]
 
 
 def _default_bridge(**kwargs) -> wiring.Component:

@@ -58,12 +58,14 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
-    if control is None:
-        control = alu_control(op)
-    ctl = data.View(ALU_CONTROL, control)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
     sub = Signal(name=f"{name}_sub")
-    m.d.comb += sub.eq(ctl.minmax)
+    if control is None:
+        m.d.comb += sub.eq((op == AluOp.MIN) | (op == AluOp.MAX))
+        ctl = data.View(ALU_CONTROL, alu_control(op)) if not shift_by_multiplier else None
+    else:
+        ctl = data.View(ALU_CONTROL, control)
+        m.d.comb += sub.eq(ctl.minmax)
     a33, b33 = Cat(a, a[31]), Cat(b, b[31])
     total = Signal(33, name=f"{name}_sum")
     m.d.comb += total.eq((Cat(sub, a33) + Cat(sub, b33 ^ sub.replicate(33)))[1:])

@@ -225,9 +225,10 @@ class Compute(wiring.Component):
         m.d.comb += u1.eq(u + 1)
         # micro-ops left in this pass of the inner loop, the current one included
         # (uop_end - u): the pass's last is a comparison of a register with a constant, not
-        # of u + 1's carry chain with uop_end, on the way to the micro-op RAM's address
-        k_left = Signal(len(g.uop_end))
-        next_j = issue & (k_left == 1)
+        # of u + 1's carry chain with uop_end, on the way to the micro-op RAM's address (the
+        # ECP5 clock; the compact datapath, short of logic cells, compares u + 1)
+        k_left = None if self.compact else Signal(len(g.uop_end))
+        next_j = issue & ((u1 == gr.uop_end) if self.compact else (k_left == 1))
         next_i = next_j & (j_left == 1)
         # u in the next cycle, the micro-op RAM's read address. Outside a loop it is the
         # candidate's uop_bgn whether or not the candidate starts (a read has no effect): the
@@ -239,10 +240,12 @@ class Compute(wiring.Component):
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))
         with m.If(next_j):
-            m.d.sync += [j_left.eq(Mux(next_i, gr.iter_in, j_left - 1)),
-                         k_left.eq(gr.uop_end - gr.uop_bgn)]
-        with m.Elif(issue):
-            m.d.sync += k_left.eq(k_left - 1)
+            m.d.sync += j_left.eq(Mux(next_i, gr.iter_in, j_left - 1))
+        if k_left is not None:
+            with m.If(next_j):
+                m.d.sync += k_left.eq(gr.uop_end - gr.uop_bgn)
+            with m.Elif(issue):
+                m.d.sync += k_left.eq(k_left - 1)
         with m.If(next_i):
             m.d.sync += i_left.eq(i_left - 1)
             with m.If(i_left == 1):
@@ -257,8 +260,9 @@ class Compute(wiring.Component):
         # decision (the take, the tokens, an empty loop) drives one flip-flop, `active`,
         # instead of a hundred (the ECP5 clock).
         with m.If(~active):
-            m.d.sync += [i_left.eq(g.iter_out), j_left.eq(g.iter_in),
-                         k_left.eq(g.uop_end - g.uop_bgn)]
+            m.d.sync += [i_left.eq(g.iter_out), j_left.eq(g.iter_in)]
+            if k_left is not None:
+                m.d.sync += k_left.eq(g.uop_end - g.uop_bgn)
             with m.If(drain <= 1):
                 m.d.sync += [is_alu.eq(op == Opcode.ALU),
                              tensor.eq((op == Opcode.ALU) & ~a_.use_imm), reset.eq(g.reset)]
