@@ -295,8 +295,12 @@ class BurstMemory(wiring.Component):
         # lie across the die (the ECP5 build's clock). The RAM is free at t + 1: no beat of
         # the core at t (ready), so no burst goes on, and the core, not running at t, makes
         # no request before t + 2 (its first comes the cycle after the start).
+        # the RAM's inputs for the core's beat of this cycle, when the host has none
+        core_to_ram = [ram.addr.eq(beat_word),
+                       ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
+                       ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
         if self.host_stage:
-            self._host_staged(m, ram, ready, lane, lanes, word, aw, beat_word, core, rd_beat)
+            self._host_staged(m, ram, ready, lane, lanes, word, aw, core_to_ram)
         else:
             # on the iCE40's SPRAMs (logic cells run out, the clock is the oscillator's) the
             # RAM does the request in the take's cycle
@@ -311,9 +315,7 @@ class BurstMemory(wiring.Component):
                              ram.w_data.eq(Cat(*[self.host_w_data] * lanes)),
                              ram.r_en.eq(self.host_r_en & ~self.host_w_en)]
             with m.Else():
-                m.d.comb += [ram.addr.eq(beat_word),
-                             ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
-                             ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
+                m.d.comb += core_to_ram
             host_read_q = Signal()
             lane_q = Signal.like(lane)
             m.d.sync += [host_read_q.eq(host & self.host_r_en & ~self.host_w_en),
@@ -347,7 +349,7 @@ class BurstMemory(wiring.Component):
                          r.addr.eq(wp + (depth - (L - 2)) % depth), self.rd_data.eq(r.data)]
         return m
 
-    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, beat_word, core, rd_beat):
+    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, core_to_ram):
         """The host's request registered before the RAM (``host_stage``)."""
         cfg = self.cfg
         m.d.comb += self.host_ready.eq(ready & ~self.core_running)
@@ -368,9 +370,7 @@ class BurstMemory(wiring.Component):
             m.d.comb += [ram.addr.eq(h_word), ram.w_en.eq(h_strb), ram.w_data.eq(h_data),
                          ram.r_en.eq(h_read)]
         with m.Else():
-            m.d.comb += [ram.addr.eq(beat_word),
-                         ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
-                         ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
+            m.d.comb += core_to_ram
         host_read_q = Signal()
         m.d.sync += host_read_q.eq(h_read)
         m.d.comb += [self.host_r_valid.eq(host_read_q),

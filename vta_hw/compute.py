@@ -342,6 +342,7 @@ class Compute(wiring.Component):
         # from the register itself, so no path runs from the command queue's memory (the
         # candidate's multiplexer input at a take) through the ALU (timing, not behaviour).
         a_run = data.View(lays.alu, ctl.insn)
+        alu_op = Mux(is_alu, a_run.alu_opcode, AluOp.ADD)  # GEMM accumulates with ADD
         imm = Signal(cfg.acc_width_bits)
         m.d.comb += imm.eq(a_run.imm)  # sign-extended
         imm_vec = Cat(*[imm for _ in range(lanes)])
@@ -388,11 +389,11 @@ class Compute(wiring.Component):
             # holds from s + 1 (is_alu and the control's register), its copies from s + 2,
             # the ALU's first cycle is t + 3 >= s + 4; a copy changes a cycle after the
             # operation, later than the previous instruction's last use of it.
-            op_now = Mux(is_alu, a_run.alu_opcode, AluOp.ADD)
+            ctl_now = alu_control(alu_op)
             ctl = [Signal(ALU_CONTROL, name=f"alu_ctl{k}{REPLICA_SUFFIX}")
                    for k in range(lanes)]
             for k in range(lanes):
-                m.d.sync += ctl[k].eq(alu_control(op_now))
+                m.d.sync += ctl[k].eq(ctl_now)
                 m.d.comb += alu.control[k].eq(ctl[k])
             # (`keep`: synthesis maps the rest apart, so the product meets one LUT, instead
             # of entering a wide multiplexer tree at its far end: the product arrives late)
@@ -426,7 +427,7 @@ class Compute(wiring.Component):
                 m.d.sync += [operand.eq(0), operand_b.eq(0)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         if self.compact:
-            m.d.comb += alu.op.eq(Mux(is_alu, a_run.alu_opcode, AluOp.ADD))
+            m.d.comb += alu.op.eq(alu_op)
         m.d.comb += [
             alu.a.eq(operand),
             alu.b.eq(operand_b),
