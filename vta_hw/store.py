@@ -17,6 +17,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from vtakit.vta_hw.alu import compact_datapath
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.control import command_member, unit_control
 from vtakit.vta_hw.dma import ADDR_BITS, IDX_BITS, ElemSizes, lanes_of, row_requests
@@ -98,14 +99,28 @@ class Store(wiring.Component):
         x_any, y_any = cur.x_size != 0, cur.y_size != 0
         x, y = cur.x_size[:iw + 1], cur.y_size[:iw + 1]
         sizes = ElemSizes.build(m, cfg, cur.memory_type, (MemType.OUT,), x, "store")
+        c_sizes = sizes  # the candidate's, for what the start cycle loads
+        # On the registered datapath's cores (the ECP5 clock) what runs after the start reads
+        # the unit's register, not the candidate (its multiplexer follows the start decision),
+        # x_size - 1 is registered at the start, and the request side forms the next row's
+        # address before the grant selects it (row_requests' fast_next): no path runs from the
+        # unit's state through the candidate, a row's length and the grant into 32-bit
+        # adders. The compact datapath's cores (iCE40 logic cells) keep the shorter logic.
+        staged = not compact_datapath(cfg)
+        run = data.View(lay, ctl.insn) if staged else cur
+        if staged:
+            xm1 = Signal(len(x), name="store_x_minus_1_reg")
+            with m.If(ctl.start):
+                m.d.sync += xm1.eq(x - 1)
+            sizes = ElemSizes(cfg, sizes.sel, xm1)  # (sel: OUT's one element size)
         stride = Signal(ADDR_BITS)
-        m.d.comb += stride.eq(sizes.to_bytes(cur.x_stride))
+        m.d.comb += stride.eq(sizes.to_bytes(run.x_stride))
 
         # ---- request side (from s + 1) -------------------------------------------------------
         req, addr, beats = row_requests(
             m, "sq", cfg, load=ctl.start, active=x_any & y_any,
-            a0=sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
-            grant=self.mem.grant)
+            a0=c_sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
+            grant=self.mem.grant, fast_next=staged)
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- beat pointer: registers describe the beat sent next -----------------------------
@@ -151,7 +166,7 @@ class Store(wiring.Component):
         # RAM's output is the current row in the cycle after a start or a send, the held one
         # otherwise. So the read index does not wait for the port's grant of this cycle (the
         # port arbitrates every unit's request in the cycle it grants: the ECP5 clock).
-        a0_off = sizes.to_bytes(cur.dram_base, lw)
+        a0_off = c_sizes.to_bytes(cur.dram_base, lw)
         first = Signal(iw)
         m.d.comb += first.eq(cur.sram_base - lane0(a0_off))
         m.d.comb += self.out_r_addr.eq(Mux(ctl.start, first, n_widx))
