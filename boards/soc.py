@@ -548,7 +548,10 @@ class BoardTop(Elaboratable):
         osc = m.submodules.osc_buffer = io.Buffer(
             "i", platform.request(self.board.oscillator[0], 0, dir="-"))
         m.domains.sync = ClockDomain("sync")
-        clk = Signal(name="core_clk")  # a Signal (not a ClockSignal) can carry a constraint
+        # a Signal (not a ClockSignal) can carry a constraint; with a PLL it does, and `keep`
+        # holds its name through synthesis, where nextpnr looks for it (without, nextpnr warns
+        # that the net does not exist and derives the constraint from the PLL's settings)
+        clk = Signal(name="core_clk", attrs={"keep": 1} if self.pll is not None else {})
         m.d.comb += ClockSignal("sync").eq(clk)
         locked = Signal(init=1)
         p = self.pll

@@ -436,3 +436,7 @@ def test_ulx3s_bitstream_and_report(tmp_path):
     # the floorplan pinned the ALU's 24 multiplier blocks (its cell names still match)
     assert rep["floorplan"]["alu_dsps"] == rep["floorplan"]["pinned"] == 24
     assert "floorplan  24 ALU multiplier blocks pinned" in (tmp_path / "report.txt").read_text()
+    # the core's clock constraint (at the PLL's output) reached nextpnr by its net's name
+    tim = (tmp_path / "vta_soc.tim").read_text()
+    assert "constraining clock net 'core_clk' to 50.00 MHz" in tim
+    assert "ignoring clock constraint" not in tim
