@@ -38,7 +38,7 @@ from vtakit.vta_hw.isa import MemType
 if TYPE_CHECKING:
     from vtakit.vta_sim.image import RunImage
 
-__all__ = ["Mismatch", "CrossCheckDevice", "compare_run", "check_images", "main"]
+__all__ = ["Mismatch", "CrossCheckDevice", "compare_run", "check_images", "runaway_bound", "main"]
 
 
 class Mismatch(AssertionError):
@@ -225,22 +225,54 @@ def _same_failure(cfg: HwConfig, stream: np.ndarray, sim_err: Exception | None,
                    f"  rtl {what(rtl_err)}\nprogram:\n{listing}")
 
 
+def runaway_bound(sim_cycles: int) -> int:
+    """The cycle limit :func:`check_images` gives a device for an image the simulator ran in
+    ``sim_cycles``: twice that and 1,000 more (a correct device takes exactly ``sim_cycles``)."""
+    return 2 * sim_cycles + 1000
+
+
 def check_images(images: Iterable[RunImage], rtl: Device, *, stop_on_first: bool = False,
                  log: Callable[[str], object] | None = None) -> list[str]:
     """Run each :class:`~vtakit.vta_sim.image.RunImage` on ``sim`` (fresh) and on the RTL device
     ``rtl`` (one process for all), both at the image's own addresses
-    (:func:`~vtakit.driver.session.run_image`); return the mismatch reports."""
+    (:func:`~vtakit.driver.session.run_image`); return the mismatch reports.
+
+    A device with a ``cycle_limit`` (the ``rtl`` and ``sim`` devices) runs each image with
+    the limit :func:`runaway_bound` of the simulator's count, so a core that runs away (a
+    counter that never reaches its end) is a mismatch within seconds, not a wall-clock
+    timeout ten minutes later."""
+    from vtakit.driver.errors import CycleLimitError
     from vtakit.driver.session import run_image
+    from vtakit.vta_hw.disasm import disassemble
 
     failures = []
     for img in images:
         stats, sim = img.run()
-        ran = run_image(rtl, img)
-        r, got = ran.result, ran.dram
         stream = img.dram[img.insn_addr:img.insn_addr + isa.INSN_BYTES * img.insn_count]
+        limited = hasattr(rtl, "cycle_limit")
+        if limited:
+            own, bound = rtl.cycle_limit, runaway_bound(stats.cycles)
+            rtl.cycle_limit = bound if own is None else min(own, bound)
+        try:
+            ran = run_image(rtl, img)
+        except CycleLimitError as e:
+            listing = "\n".join(disassemble(bytes(stream), img.cfg))
+            failures.append(f"rtl and sim disagree on {img.description}: sim finished in "
+                            f"{stats.cycles} cycles, rtl did not finish within "
+                            f"{rtl.cycle_limit} ({e})\nprogram:\n{listing}")
+            if log:
+                log(failures[-1])
+            if stop_on_first:
+                break
+            continue
+        finally:
+            if limited:
+                rtl.cycle_limit = own
+        r, got = ran.result, ran.dram
         try:
             compare_run(img.cfg, stream, sim.dram, got, stats.cycles, r.cycles,
-                        img.description, r.stats["tb_cycles"])
+                        img.description,
+                        r.stats.get("tb_cycles") if isinstance(r.stats, dict) else None)
         except Mismatch as e:
             failures.append(str(e))
             if log:

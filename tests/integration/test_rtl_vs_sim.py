@@ -79,3 +79,26 @@ def test_random_programs_are_legal_and_deterministic(name):
     # what the cross-check exercises: every ALU op, every memory type, GEMM, FINISH
     assert {"GEMM", "FINISH", "LOAD.INP", "LOAD.WGT", "LOAD.ACC", "LOAD.ACC_8BIT", "LOAD.UOP",
             "STORE.OUT", "ALU.MIN", "ALU.MAX", "ALU.ADD", "ALU.SHR", "ALU.MUL"} <= kinds
+
+
+def test_a_device_that_runs_away_is_a_mismatch_not_a_timeout(monkeypatch):
+    """check_images limits a device's cycles to runaway_bound(the simulator's count): a run
+    past it is reported as a mismatch with the program, and the device's own limit is put
+    back. (The simulator device stands in for a core that runs away: the bound is shrunk.)"""
+    from vtakit.driver.devices import crosscheck
+    from vtakit.driver.devices.sim import SimDevice
+
+    cfg = preset("ice40")
+    dev = SimDevice(cfg, dram_bytes=IMAGE_BYTES, cycle_limit=None)
+    images = [random_program(cfg, seed) for seed in (3, 4)]
+    assert check_images(images, dev) == []  # within twice the count: no mismatch
+    assert dev.cycle_limit is None
+    stats, _ = images[0].run()
+    assert crosscheck.runaway_bound(stats.cycles) == 2 * stats.cycles + 1000
+    monkeypatch.setattr(crosscheck, "runaway_bound", lambda sim_cycles: sim_cycles // 2)
+    failures = check_images(images, dev, stop_on_first=True)
+    assert len(failures) == 1
+    assert (f"sim finished in {stats.cycles} cycles, rtl did not finish within "
+            f"{stats.cycles // 2}") in failures[0]
+    assert "FINISH" in failures[0]  # the program's listing
+    assert dev.cycle_limit is None
