@@ -175,7 +175,16 @@ class CrossCheckDevice(Device):
         stream = self.sim.dram[p.insn_addr:p.insn_addr + isa.INSN_BYTES * p.insn_count].copy()
         s, s_err = _outcome(self.sim.wait, timeout_s)
         if p.refused is None:
-            r, r_err = _outcome(self.rtl.wait, timeout_s)
+            # a core that runs past runaway_bound(the simulator's count) is a mismatch now,
+            # not a wall-clock timeout later
+            own = self.rtl.cycle_limit
+            if s is not None:
+                bound = runaway_bound(s.cycles)
+                self.rtl.cycle_limit = bound if own is None else min(own, bound)
+            try:
+                r, r_err = _outcome(self.rtl.wait, timeout_s)
+            finally:
+                self.rtl.cycle_limit = own
         else:
             r, r_err = None, p.refused
             n = min(self.sim.dram.size, self.rtl.dram.size)

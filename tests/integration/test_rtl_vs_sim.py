@@ -102,3 +102,25 @@ def test_a_device_that_runs_away_is_a_mismatch_not_a_timeout(monkeypatch):
             f"{stats.cycles // 2}") in failures[0]
     assert "FINISH" in failures[0]  # the program's listing
     assert dev.cycle_limit is None
+
+
+@pytest.mark.rtl
+def test_the_crosscheck_device_reports_a_core_that_runs_away(rtl, monkeypatch):
+    """The conformance suites' device bounds the RTL's run by runaway_bound(the simulator's
+    count) too: past it, a Mismatch naming the RTL's CycleLimitError and the program (here a
+    bound shrunk below the count stands in for a core that runs away); the RTL device's own
+    limit is put back."""
+    from vtakit.driver.devices import crosscheck
+    from vtakit.driver.session import run_image
+
+    name, dev = rtl
+    own = dev.cycle_limit
+    monkeypatch.setattr(crosscheck, "runaway_bound", lambda sim_cycles: sim_cycles // 2)
+    both = crosscheck.CrossCheckDevice(preset(name), dram_bytes=IMAGE_BYTES, rtl=dev)
+    img = random_program(preset(name), 5)
+    with pytest.raises(Mismatch, match="rtl raised CycleLimitError") as e:
+        run_image(both, img)
+    assert "FINISH" in str(e.value)
+    assert dev.cycle_limit == own
+    monkeypatch.undo()
+    assert run_image(both, img).result.cycles == img.run()[0].cycles  # and it runs on
