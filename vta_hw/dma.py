@@ -421,7 +421,7 @@ class ReadDMA(wiring.Component):
                                   | (last_row & ((x0 | x1 | y0 | y1) != 0)))
         seg_done = Signal()
         m.d.comb += seg_done.eq(pad_en & (p_cnt == 1) & (p_rows == 0))
-        def plan(fs, at, name=""):
+        def plan(fs, at):
             """The next segment when one is chosen from the start (``fs``) or after the
             segment ``at[seg]`` just done: which (``nseg``; ``any`` is low when none is
             left), its first index (``n_idx``; BOT follows the last data beat), its partial
@@ -430,11 +430,11 @@ class ReadDMA(wiring.Component):
             to_top = ~to_bot & (fs | at[BOT]) & ((top_partial != 0) | (top_rows != 0))
             # r_rows counts the MID gaps down from y_size to 2 (the last one)
             to_mid = ~to_bot & ~to_top & Mux(at[MID], r_rows != 2, y[1:].any() & (gap != 0))
-            nseg = Signal(2, name=f"nseg{name}")
+            nseg = Signal(2, name="nseg")
             m.d.comb += nseg.eq(Mux(to_bot, BOT, Mux(to_top, TOP, MID)))
-            n_partial = Signal(5, name=f"n_partial{name}")
-            n_rows = Signal(5, name=f"n_rows{name}")
-            n_idx = Signal(iw, name=f"n_idx{name}")  # where TOP or MID starts
+            n_partial = Signal(5, name="n_partial")
+            n_rows = Signal(5, name="n_rows")
+            n_idx = Signal(iw, name="n_idx")  # where TOP or MID starts
             with m.Switch(nseg):
                 with m.Case(BOT):
                     m.d.comb += [n_partial.eq(x1), n_rows.eq(y1)]
@@ -464,26 +464,20 @@ class ReadDMA(wiring.Component):
             with m.Else():
                 m.d.comb += ph_next.eq(FIN)
 
-        # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down);
-        # mid_first: the first MID gap is entered (r_rows reloads), mid_again: a later one
-        if staged:
-            # Both choices are planned from registers (the instruction register, p_seg,
-            # r_rows, w_reg), and the choice itself, which the last data beat's arrival
-            # decides late in the cycle (the port's read valid, the row's beats left), only
-            # selects one (the ECP5 clock). The two are never in one cycle: a choice from the
-            # start comes in the setup cycle or with the last data beat, not in a padding one.
-            start = plan(Const(1), {seg: Const(0) for seg in (BOT, TOP, MID)}, "_start")
-            done = plan(Const(0), {seg: p_seg == seg for seg in (BOT, TOP, MID)}, "_done")
-            at_mid = p_seg == MID
-            mid_again = seg_done & done.to_mid & at_mid
-            mid_first = (from_start & start.to_mid) | (seg_done & done.to_mid & ~at_mid)
-        else:
-            choose = from_start | seg_done
-            at = {seg: seg_done & (p_seg == seg) for seg in (BOT, TOP, MID)}
-            nxt = plan(from_start, at)
-            enter_mid = choose & nxt.to_mid
-            mid_again = enter_mid & at[MID]
-            mid_first = enter_mid & ~at[MID]
+        # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
+        choose = from_start | seg_done
+        at = {seg: seg_done & (p_seg == seg) for seg in (BOT, TOP, MID)}
+        # A choice from the start and one after a segment are never in one cycle (the former
+        # comes in the setup cycle or with the last data beat, not in a padding cycle), so
+        # with L >= 2 the plan takes "not after a segment" for "from the start": it is formed
+        # from registers alone (the instruction register, p_seg, p_cnt, p_rows, r_rows,
+        # w_reg), and the choice, which the last data beat's arrival decides late in the
+        # cycle (the port's read valid, the row's beats left), only enables it (the ECP5
+        # clock). Without a choice the plan is not used.
+        nxt = plan(~seg_done if staged else from_start, at)
+        enter_mid = choose & nxt.to_mid
+        mid_again = enter_mid & at[MID]
+        mid_first = enter_mid & ~at[MID]
         rows_dec = (beat & last & (r_rows != 1)) | mid_again
         m.d.sync += r_rows.eq(Mux(setup | mid_first, y, r_rows - rows_dec))
         with m.If(ph == FIN):  # before the assignments below: a start may follow at once
@@ -492,14 +486,8 @@ class ReadDMA(wiring.Component):
             m.d.sync += p_cnt.eq(p_cnt - 1)
             with m.If((p_cnt == 1) & (p_rows != 0)):
                 m.d.sync += [p_cnt.eq(cols), p_rows.eq(p_rows - 1)]
-        if staged:
-            with m.If(from_start):
-                enter(start)
-            with m.If(seg_done):
-                enter(done)
-        else:
-            with m.If(choose):
-                enter(nxt)
+        with m.If(choose):
+            enter(nxt)
         with m.If(last_row & ~from_start):
             m.d.comb += ph_next.eq(FIN)
 
