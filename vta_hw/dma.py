@@ -38,7 +38,6 @@ same either way).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, wiring
@@ -421,65 +420,41 @@ class ReadDMA(wiring.Component):
                                   | (last_row & ((x0 | x1 | y0 | y1) != 0)))
         seg_done = Signal()
         m.d.comb += seg_done.eq(pad_en & (p_cnt == 1) & (p_rows == 0))
-        def plan(fs, at):
-            """The next segment when one is chosen from the start (``fs``) or after the
-            segment ``at[seg]`` just done: which (``nseg``; ``any`` is low when none is
-            left), its first index (``n_idx``; BOT follows the last data beat), its partial
-            row and its whole rows."""
-            to_bot = fs & y_any & ((x1 != 0) | (y1 != 0))
-            to_top = ~to_bot & (fs | at[BOT]) & ((top_partial != 0) | (top_rows != 0))
-            # r_rows counts the MID gaps down from y_size to 2 (the last one)
-            to_mid = ~to_bot & ~to_top & Mux(at[MID], r_rows != 2, y[1:].any() & (gap != 0))
-            nseg = Signal(2, name="nseg")
-            m.d.comb += nseg.eq(Mux(to_bot, BOT, Mux(to_top, TOP, MID)))
-            n_partial = Signal(5, name="n_partial")
-            n_rows = Signal(5, name="n_rows")
-            n_idx = Signal(iw, name="n_idx")  # where TOP or MID starts
-            with m.Switch(nseg):
-                with m.Case(BOT):
-                    m.d.comb += [n_partial.eq(x1), n_rows.eq(y1)]
-                with m.Case(TOP):
-                    m.d.comb += [n_partial.eq(top_partial), n_rows.eq(top_rows),
-                                 n_idx.eq(reg.sram_base)]
-                with m.Default():
-                    # the gap after a row's data: after the previous gap or the TOP segment
-                    # (which ends at row 0), or (no TOP segment) after row 0 at sram_base
-                    # (the index after the segment's last element: padding steps by one)
-                    skip_from = Mux(at[TOP] | at[MID], w_reg + 1, reg.sram_base)
-                    m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
-            return SimpleNamespace(to_bot=to_bot, to_mid=to_mid, any=to_top | to_mid | to_bot,
-                                   nseg=nseg, n_partial=n_partial, n_rows=n_rows, n_idx=n_idx)
-
-        def enter(nxt):
-            """Enter the segment ``nxt`` (a :func:`plan`), or finish when there is none."""
-            with m.If(nxt.any):
-                m.d.comb += ph_next.eq(PAD)
-                m.d.sync += p_seg.eq(nxt.nseg)
-                with m.If(~nxt.to_bot):
-                    m.d.sync += w_reg.eq(nxt.n_idx)
-                with m.If(nxt.n_partial != 0):
-                    m.d.sync += [p_cnt.eq(nxt.n_partial), p_rows.eq(nxt.n_rows)]
-                with m.Else():
-                    m.d.sync += [p_cnt.eq(cols), p_rows.eq(nxt.n_rows - 1)]
-            with m.Else():
-                m.d.comb += ph_next.eq(FIN)
-
-        # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
         choose = from_start | seg_done
         at = {seg: seg_done & (p_seg == seg) for seg in (BOT, TOP, MID)}
-        # A choice from the start and one after a segment are never in one cycle (the former
+        # A choice from the start and one after a segment never fall in one cycle (the former
         # comes in the setup cycle or with the last data beat, not in a padding cycle), so
-        # with L >= 2 the plan takes "not after a segment" for "from the start": it is formed
-        # from registers alone (the instruction register, p_seg, p_cnt, p_rows, r_rows,
-        # w_reg), and the choice, which the last data beat's arrival decides late in the
-        # cycle (the port's read valid, the row's beats left), only enables it (the ECP5
-        # clock). Without a choice the plan is not used.
-        nxt = plan(~seg_done if staged else from_start, at)
-        enter_mid = choose & nxt.to_mid
-        mid_again = enter_mid & at[MID]
-        mid_first = enter_mid & ~at[MID]
-        rows_dec = (beat & last & (r_rows != 1)) | mid_again
-        m.d.sync += r_rows.eq(Mux(setup | mid_first, y, r_rows - rows_dec))
+        # with L >= 2 the next segment is planned with "not after a segment" for "from the
+        # start": from registers alone (the instruction register, p_seg, p_cnt, p_rows,
+        # r_rows, w_reg), and the choice, which the last data beat's arrival decides late in
+        # the cycle (the port's read valid, the row's beats left), only enables the plan (the
+        # ECP5 clock). Without a choice the plan is not used.
+        fs = ~seg_done if staged else from_start
+        to_bot = fs & y_any & ((x1 != 0) | (y1 != 0))
+        to_top = ~to_bot & (fs | at[BOT]) & ((top_partial != 0) | (top_rows != 0))
+        # r_rows counts the MID gaps down from y_size to 2 (the last one)
+        to_mid = ~to_bot & ~to_top & Mux(at[MID], r_rows != 2, y[1:].any() & (gap != 0))
+        nseg = Signal(2)
+        m.d.comb += nseg.eq(Mux(to_bot, BOT, Mux(to_top, TOP, MID)))
+        n_partial = Signal(5)
+        n_rows = Signal(5)
+        n_idx = Signal(iw)  # where TOP or MID starts (BOT follows the last data beat)
+        with m.Switch(nseg):
+            with m.Case(BOT):
+                m.d.comb += [n_partial.eq(x1), n_rows.eq(y1)]
+            with m.Case(TOP):
+                m.d.comb += [n_partial.eq(top_partial), n_rows.eq(top_rows),
+                             n_idx.eq(reg.sram_base)]
+            with m.Default():
+                # the gap after a row's data: after the previous gap or the TOP segment (which
+                # ends at row 0), or (no TOP segment) after row 0 at sram_base
+                # (the index after the segment's last element: padding steps by one)
+                skip_from = Mux(at[TOP] | at[MID], w_reg + 1, reg.sram_base)
+                m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
+        # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
+        enter_mid = choose & to_mid
+        rows_dec = (beat & last & (r_rows != 1)) | (enter_mid & at[MID])
+        m.d.sync += r_rows.eq(Mux(setup | (enter_mid & ~at[MID]), y, r_rows - rows_dec))
         with m.If(ph == FIN):  # before the assignments below: a start may follow at once
             m.d.comb += ph_next.eq(IDLE)
         with m.If(pad_en):
@@ -487,7 +462,17 @@ class ReadDMA(wiring.Component):
             with m.If((p_cnt == 1) & (p_rows != 0)):
                 m.d.sync += [p_cnt.eq(cols), p_rows.eq(p_rows - 1)]
         with m.If(choose):
-            enter(nxt)
+            with m.If(to_top | to_mid | to_bot):
+                m.d.comb += ph_next.eq(PAD)
+                m.d.sync += p_seg.eq(nseg)
+                with m.If(~to_bot):
+                    m.d.sync += w_reg.eq(n_idx)
+                with m.If(n_partial != 0):
+                    m.d.sync += [p_cnt.eq(n_partial), p_rows.eq(n_rows)]
+                with m.Else():
+                    m.d.sync += [p_cnt.eq(cols), p_rows.eq(n_rows - 1)]
+            with m.Else():
+                m.d.comb += ph_next.eq(FIN)
         with m.If(last_row & ~from_start):
             m.d.comb += ph_next.eq(FIN)
 
