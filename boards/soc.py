@@ -290,26 +290,22 @@ class BurstMemory(wiring.Component):
         ready = Signal()  # no beat of the core in this cycle, unless it starts a burst
         incoming = (self.rd_valid | self.wr_valid) if staged else 0  # a burst for the next cycle
         m.d.sync += ready.eq(~self.core_running & ~more_next & ~incoming)
-        # A request taken at t reaches the RAM at t + 1 from registers of its own, so the
-        # host's (the bridge's) request logic does not run on into the RAM's inputs, which
-        # lie across the die (the ECP5 build's clock). The RAM is free at t + 1: no beat of
-        # the core at t (ready), so no burst goes on, and the core, not running at t, makes
-        # no request before t + 2 (its first comes the cycle after the start).
+        # the host's byte strobes in its lane of the bus word (either mode)
+        host_strb = Signal(cfg.bus_bytes)
+        m.d.comb += host_strb.eq(Mux(self.host_w_en, self.host_w_strb, 0)
+                                 << (lane * (HOST_WORD_BITS // 8)))
         # the RAM's inputs for the core's beat of this cycle, when the host has none
         core_to_ram = [ram.addr.eq(beat_word),
                        ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
                        ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
         if self.host_stage:
-            self._host_staged(m, ram, ready, lane, lanes, word, aw, core_to_ram)
+            self._host_staged(m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram)
         else:
             # on the iCE40's SPRAMs (logic cells run out, the clock is the oscillator's) the
             # RAM does the request in the take's cycle
             m.d.comb += self.host_ready.eq(ready)
             host = Signal()
             m.d.comb += host.eq(ready & (self.host_w_en | self.host_r_en))
-            host_strb = Signal(cfg.bus_bytes)
-            m.d.comb += host_strb.eq(Mux(self.host_w_en, self.host_w_strb, 0)
-                                     << (lane * (HOST_WORD_BITS // 8)))
             with m.If(host):
                 m.d.comb += [ram.addr.eq(word(self.host_addr)), ram.w_en.eq(host_strb),
                              ram.w_data.eq(Cat(*[self.host_w_data] * lanes)),
@@ -349,15 +345,17 @@ class BurstMemory(wiring.Component):
                          r.addr.eq(wp + (depth - (L - 2)) % depth), self.rd_data.eq(r.data)]
         return m
 
-    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, core_to_ram):
-        """The host's request registered before the RAM (``host_stage``)."""
+    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram):
+        """The host's request registered before the RAM (``host_stage``). A request taken at
+        t reaches the RAM at t + 1 from registers of its own, so the host's (the bridge's)
+        request logic does not run on into the RAM's inputs, which lie across the die (the
+        ECP5 build's clock). The RAM is free at t + 1: no beat of the core at t (ready), so
+        no burst goes on, and the core, not running at t, makes no request before t + 2 (its
+        first comes the cycle after the start)."""
         cfg = self.cfg
         m.d.comb += self.host_ready.eq(ready & ~self.core_running)
         host = Signal()
         m.d.comb += host.eq(self.host_ready & (self.host_w_en | self.host_r_en))
-        host_strb = Signal(cfg.bus_bytes)
-        m.d.comb += host_strb.eq(Mux(self.host_w_en, self.host_w_strb, 0)
-                                 << (lane * (HOST_WORD_BITS // 8)))
         h_go, h_read = Signal(), Signal()
         h_word, h_strb = Signal(aw), Signal(cfg.bus_bytes)
         h_data = Signal(cfg.bus_width_bits)
