@@ -181,7 +181,8 @@ class BurstMemory(wiring.Component):
     ``host_w_en`` + ``host_w_data`` + ``host_w_strb``, or ``host_r_en``, held until a cycle
     with ``host_ready``, which takes the request. With ``host_stage`` (the default for a
     ``bram`` memory) the RAM does it in the next cycle, and a read's word comes on
-    ``host_r_data`` with ``host_r_valid`` two cycles after the take; ``host_ready`` is low
+    ``host_r_data`` with ``host_r_valid`` three cycles after the take (registered on its way
+    from the RAM); ``host_ready`` is low
     while ``core_running`` is high, in the cycle after, and while a burst of the core is in
     progress, and depends on ``core_running`` and registers only. Without it (the default for
     ``spram``) the RAM does the request in the take's cycle, the word comes in the next, and
@@ -325,14 +326,21 @@ class BurstMemory(wiring.Component):
         m.d.sync += valid_line.eq(Cat(rd_beat, valid_line[:-1]))
         m.d.comb += self.rd_data_valid.eq(valid_line[-1])
         delay = L - 1
-        if delay == 0:
-            m.d.comb += self.rd_data.eq(ram.r_data)
-        elif delay == 1:
-            m.d.sync += self.rd_data.eq(ram.r_data)
+        if delay <= 2:
+            stage = ram.r_data
+            for k in range(delay):
+                q = Signal.like(ram.r_data, name=f"rd_data_{k}")
+                m.d.sync += q.eq(stage)
+                stage = q
+            m.d.comb += self.rd_data.eq(stage)
         else:
-            # entry written at t + 1 (the RAM's output for a beat at t), read at t + L - 1
-            # (registered: data at t + L), i.e. L - 2 entries behind the write pointer; the
-            # ring has at least L - 1 entries, so nothing is overwritten before it is read
+            # k = delay - 1 cycles in a ring of block RAM, then a register of flip-flops, so
+            # that no path runs from the ring's block RAM output, slow as block RAM outputs
+            # are, on into the core (the ECP5 build's clock). Entry written at t + 1 (the
+            # RAM's output for a beat at t), read at t + k (its data at t + k + 1, registered
+            # at t + L), i.e. k - 1 >= 1 entries behind the write pointer; the ring has at
+            # least k entries, so nothing is overwritten before it is read
+            k = delay - 1
             depth = 1 << max(1, (delay - 1).bit_length())
             ring = m.submodules.delay_line = memory.Memory(
                 shape=cfg.bus_width_bits, depth=depth, init=[],
@@ -342,7 +350,8 @@ class BurstMemory(wiring.Component):
             w = ring.write_port()
             r = ring.read_port()
             m.d.comb += [w.addr.eq(wp), w.data.eq(ram.r_data), w.en.eq(1),
-                         r.addr.eq(wp + (depth - (L - 2)) % depth), self.rd_data.eq(r.data)]
+                         r.addr.eq(wp + (depth - (k - 1)) % depth)]
+            m.d.sync += self.rd_data.eq(r.data)
         return m
 
     def _host_staged(self, m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram):
@@ -369,10 +378,12 @@ class BurstMemory(wiring.Component):
                          ram.r_en.eq(h_read)]
         with m.Else():
             m.d.comb += core_to_ram
-        host_read_q = Signal()
-        m.d.sync += host_read_q.eq(h_read)
-        m.d.comb += [self.host_r_valid.eq(host_read_q),
+        # the word registered once more on its way to the host (the bridge): the RAM's block
+        # RAM outputs lie across the die from the bridge (the ECP5 build's clock)
+        host_read_q, host_read_qq = Signal(), Signal()
+        m.d.sync += [host_read_q.eq(h_read), host_read_qq.eq(host_read_q),
                      self.host_r_data.eq(ram.r_data.word_select(lane_qq, HOST_WORD_BITS))]
+        m.d.comb += self.host_r_valid.eq(host_read_qq)
 
 
 def _default_bridge(**kwargs) -> wiring.Component:

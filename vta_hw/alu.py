@@ -8,7 +8,8 @@ and both shifts.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import (Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal,
+                          signed)
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -16,7 +17,7 @@ from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import ALU_OPCODE_BITS, AluOp
 
 __all__ = ["TensorAlu", "alu_lane", "alu_control", "compact_datapath", "ALU_CONTROL",
-           "MUL_PARTS", "LANE_PREFIX"]
+           "MUL_PARTS", "LANE_PREFIX", "MULT18_INPUT_REGISTERED", "ecp5_mult18_input_registered"]
 
 #: The names of MUL's three partial products in a lane (``<lane>_<part>``), low by low first:
 #: each is one 18x18 multiplier block on the ECP5 (the build's floorplan finds them by name)
@@ -46,7 +47,7 @@ def compact_datapath(cfg: HwConfig) -> bool:
 
 
 def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True,
-             parts: dict | None = None, control=None):
+             parts: dict | None = None, control=None, mul_next=None, platform=None):
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
 
     ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
@@ -55,7 +56,13 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     ``parts``, when given, receives the lane's ``"product"`` (MUL's result) and ``"other"``
     (the result of every other operation; anything for MUL), of which the result is the
     last multiplexer. The barrel-shifter datapath takes the operation decoded
-    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given."""
+    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given.
+
+    ``mul_next`` (barrel-shifter datapath): ``(a_next, b_next)``, the values that the
+    registers ``a`` and ``b`` take at the next clock edge; MUL's multipliers then read
+    registers of their own loaded with them, each cycle (:func:`_mul_low32_registered`: on
+    the ECP5, ``platform``, the multiplier blocks' input registers), so that the path from the
+    operands through the blocks starts inside the blocks."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -74,7 +81,8 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
         shifted = product = _shift_on_multiplier(m, op, a, b, name)
     else:
         shifted = _barrel_shift(a, b, m, name)
-        product = _mul_low32(m, a, b, name)
+        product = (_mul_low32(m, a, b, name) if mul_next is None
+                   else _mul_low32_registered(m, *mul_next, name, platform))
     if shift_by_multiplier:
         with m.Switch(op):
             with m.Case(AluOp.MIN, AluOp.MAX):
@@ -149,6 +157,66 @@ def _mul_low32(m: Module, a, b, name: str):
     return product
 
 
+def _mul_low32_registered(m: Module, a_next, b_next, name: str, platform=None):
+    """:func:`_mul_low32` of registers loaded with ``a_next`` and ``b_next`` at every clock
+    edge. On the ECP5 (``platform.family == "ecp5"``) the registers are the MULT18X18D
+    blocks' own input registers (an instance: synthesis does not infer them), so the
+    operands' copies sit in the blocks and the path to the product's register starts there;
+    elsewhere (simulation, other parts) they are flip-flops of their own, the same
+    behaviour."""
+    lo = 18
+    hi = 32 - lo
+    ll, hl, lh = MUL_PARTS
+    a_n, b_n = a_next.as_unsigned()[:32], b_next.as_unsigned()[:32]
+    pieces = {ll: (a_n[:lo], b_n[:lo]), hl: (a_n[lo:], b_n[:lo]), lh: (a_n[:lo], b_n[lo:])}
+    prods = {}
+    for part, (x, y) in pieces.items():
+        p = Signal(2 * lo, name=f"{name}_{part}")
+        if getattr(platform, "family", None) == "ecp5":
+            m.submodules[f"{name}_{part}_mult"] = ecp5_mult18_input_registered(x, y, p)
+        else:
+            xq = Signal(lo, name=f"{name}_{part}_a")
+            yq = Signal(lo, name=f"{name}_{part}_b")
+            m.d.sync += [xq.eq(x), yq.eq(y)]
+            m.d.comb += p.eq(xq * yq)
+        prods[part] = p
+    product = Signal(32, name=f"{name}_prod")
+    m.d.comb += product.eq(Cat(prods[ll][:lo],
+                               (prods[ll][lo:32] + prods[hl][:hi] + prods[lh][:hi])[:hi]))
+    return product
+
+
+#: the MULT18X18D parameters of :func:`ecp5_mult18_input_registered`: A and B registered on
+#: CLK0 (enable CE0, synchronous reset RST0), no pipeline or output register, no global reset
+MULT18_INPUT_REGISTERED = {
+    "REG_INPUTA_CLK": "CLK0", "REG_INPUTA_CE": "CE0", "REG_INPUTA_RST": "RST0",
+    "REG_INPUTB_CLK": "CLK0", "REG_INPUTB_CE": "CE0", "REG_INPUTB_RST": "RST0",
+    "REG_INPUTC_CLK": "NONE", "REG_PIPELINE_CLK": "NONE", "REG_OUTPUT_CLK": "NONE",
+    "GSR": "DISABLED", "RESETMODE": "SYNC", "MULT_BYPASS": "DISABLED",
+    "SOURCEB_MODE": "B_SHIFT", "CAS_MATCH_REG": "FALSE"}
+
+
+def ecp5_mult18_input_registered(a, b, p, domain: str = "sync") -> Instance:
+    """An ECP5 MULT18X18D: ``p`` (36 bits) is the unsigned product of its registers, which
+    load ``a`` and ``b`` (up to 18 bits each, zero-extended) at every edge of ``domain``'s
+    clock and clear on its reset."""
+    if len(a) > 18 or len(b) > 18 or len(p) != 36:
+        raise ValueError(f"ecp5_mult18_input_registered: operands of at most 18 bits and a "
+                         f"36-bit product expected, got {len(a)}, {len(b)} and {len(p)} bits")
+    a18, b18 = Cat(a, Const(0, 18 - len(a))), Cat(b, Const(0, 18 - len(b)))
+    ports = {"i_CLK0": ClockSignal(domain), "i_CE0": Const(1), "i_RST0": ResetSignal(domain),
+             "i_SIGNEDA": Const(0), "i_SIGNEDB": Const(0), "i_SOURCEA": Const(0),
+             "i_SOURCEB": Const(0)}
+    for k in range(18):
+        ports[f"i_A{k}"] = a18[k]
+        ports[f"i_B{k}"] = b18[k]
+        ports[f"i_C{k}"] = Const(0)
+    for k in range(36):
+        ports[f"o_P{k}"] = p[k]
+    return Instance("MULT18X18D", **{f"p_{k}": v for k, v in MULT18_INPUT_REGISTERED.items()},
+                    **ports)
+
+
 def _barrel_shift(a, b, m: Module, name: str):
     """``a >> min(b, 31)`` (arithmetic) for ``b >= 0``, ``a << -b`` (0 from 32 on) for
     ``b < 0``, in a barrel shifter of its own.
@@ -182,6 +250,11 @@ class TensorAlu(wiring.Component):
         array of them), in place of ``op``; only on the barrel-shifter datapath. A user that
         registers each lane's copy apart (the compute unit) keeps the operation's decoding
         and its fan-out across the lanes off the ALU's paths.
+    mul_regs : bool
+        ``a`` and ``b`` are registers, and ``a_next`` and ``b_next`` (inputs) the values they
+        take at the next clock edge: MUL's multipliers read copies of their own, loaded with
+        them (on the ECP5 the multiplier blocks' input registers, :func:`alu_lane`'s
+        ``mul_next``). Only on the barrel-shifter datapath.
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
     through a barrel shifter per lane (:func:`alu_lane`), and then ``out`` is
@@ -192,7 +265,7 @@ class TensorAlu(wiring.Component):
     are both ``out``.
     """
 
-    def __init__(self, cfg: HwConfig, decoded: bool = False):
+    def __init__(self, cfg: HwConfig, decoded: bool = False, mul_regs: bool = False):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"TensorAlu: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
@@ -200,7 +273,11 @@ class TensorAlu(wiring.Component):
         if decoded and self.shift_by_multiplier:
             raise ValueError("TensorAlu: decoded=True needs the barrel-shifter datapath; "
                              f"the compact one (a core of one lane) takes op, got {cfg!r}")
+        if mul_regs and self.shift_by_multiplier:
+            raise ValueError("TensorAlu: mul_regs=True needs the barrel-shifter datapath; "
+                             f"the compact one (a core of one lane) has no registers, got {cfg!r}")
         self.decoded = decoded
+        self.mul_regs = mul_regs
         lanes = cfg.batch * cfg.block_out
         ports = {"a": In(cfg.acc_elem_bits), "b": In(cfg.acc_elem_bits),
                  "out": Out(cfg.acc_elem_bits), "product": Out(cfg.acc_elem_bits),
@@ -209,6 +286,9 @@ class TensorAlu(wiring.Component):
             ports["control"] = In(data.ArrayLayout(ALU_CONTROL, lanes))
         else:
             ports["op"] = In(ALU_OPCODE_BITS)
+        if mul_regs:
+            ports["a_next"] = In(cfg.acc_elem_bits)
+            ports["b_next"] = In(cfg.acc_elem_bits)
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -218,7 +298,9 @@ class TensorAlu(wiring.Component):
             parts: dict = {}
             r = alu_lane(m, None if self.decoded else self.op, self.a[s], self.b[s],
                          f"{LANE_PREFIX}{lane}", shift_by_multiplier=self.shift_by_multiplier,
-                         parts=parts, control=self.control[lane] if self.decoded else None)
+                         parts=parts, control=self.control[lane] if self.decoded else None,
+                         mul_next=((self.a_next[s], self.b_next[s]) if self.mul_regs
+                                   else None), platform=platform)
             m.d.comb += [self.out[s].eq(r), self.product[s].eq(parts.get("product", r)),
                          self.other[s].eq(parts.get("other", r))]
         return m

@@ -311,18 +311,32 @@ class Compute(wiring.Component):
         uop = data.View(lays.uop, self.uop_r_data[0])
         isrc = Signal(src_w)
         iw = Signal(lay_w)
-        m.d.comb += [isrc.eq(uop.src + off_s), iw.eq(uop.wgt + off_w),
-                     self.inp_r_addr.eq(isrc[:lay_i]), self.wgt_r_addr.eq(iw)]
+        m.d.comb += [isrc.eq(uop.src + off_s), iw.eq(uop.wgt + off_w)]
+        if self.compact:
+            m.d.comb += [self.inp_r_addr.eq(isrc[:lay_i]), self.wgt_r_addr.eq(iw)]
+        else:
+            # the INP and WGT indices registered: the micro-op RAM's output and the index
+            # adders in one cycle, the route to the INP and WGT block RAMs (the WGT buffer's
+            # are 29 on the ECP5) in the next (GEMM_PIPELINE_CYCLES: a GEMM's finish is a
+            # cycle later than on the compact datapath's pipeline)
+            m.d.sync += [self.inp_r_addr.eq(isrc[:lay_i]), self.wgt_r_addr.eq(iw)]
         p1, p1_a, p1_s = Signal(), Signal(lay_a), Signal(lay_a)
         m.d.sync += [p1.eq(issue), p1_a.eq(uop.dst + off_d), p1_s.eq(isrc[:lay_a])]
         # a read at t+2 of the row issued at t: a tensor ALU's second read (its dst); on the
-        # registered datapath also a GEMM's, whose operands are registered on their way from
-        # the INP and WGT block RAMs to the multipliers (GemmCore's operand_regs)
+        # compact datapath also a GEMM's. On the registered one a GEMM reads its dst at t+3:
+        # its INP and WGT words are read at t+1 and registered on their way from the block
+        # RAMs to the multipliers (GemmCore's operand_regs)
         late = tensor if self.compact else tensor | ~is_alu
         t2, q2_a = Signal(), Signal(lay_a)
         m.d.sync += [t2.eq(p1 & late), q2_a.eq(p1_a)]
         rd_a = Signal(lay_a)
-        m.d.comb += rd_a.eq(Mux(t2, q2_a, Mux(tensor, p1_s, p1_a)))
+        t3, q3_a = Signal(), Signal(lay_a)
+        if self.compact:
+            m.d.comb += rd_a.eq(Mux(t2, q2_a, Mux(tensor, p1_s, p1_a)))
+        else:
+            m.d.sync += [t3.eq(t2 & ~is_alu), q3_a.eq(q2_a)]
+            m.d.comb += rd_a.eq(Mux(t3, q3_a, Mux(t2 & tensor, q2_a,
+                                                  Mux(tensor, p1_s, p1_a))))
         m.d.comb += self.acc_r_addr.eq(rd_a)
         lw_hit = Signal()
         lw_v = Signal(cfg.acc_elem_bits)
@@ -333,7 +347,8 @@ class Compute(wiring.Component):
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
         gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products,
                                             operand_regs=not self.compact)
-        alu = m.submodules.alu = TensorAlu(cfg, decoded=not self.compact)
+        alu = m.submodules.alu = TensorAlu(cfg, decoded=not self.compact,
+                                           mul_regs=not self.compact)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
         lanes = cfg.batch * cfg.block_out
@@ -363,7 +378,7 @@ class Compute(wiring.Component):
             # the word arriving in this cycle: its row; an operand (GEMM, ALU immediate, a
             # tensor ALU's dst) or a tensor ALU's source
             d_a, d_op, d_src = Signal(lay_a), Signal(), Signal()
-            m.d.sync += [d_a.eq(rd_a), d_op.eq((p1 & is_alu & ~tensor) | t2),
+            m.d.sync += [d_a.eq(rd_a), d_op.eq((p1 & is_alu & ~tensor) | (t2 & tensor) | t3),
                          d_src.eq(p1 & tensor)]
             # X: the iteration the ALU works on in this cycle; W: the one written
             x_v, w_v = Signal(), Signal()
@@ -376,10 +391,8 @@ class Compute(wiring.Component):
             operand_b = Signal(cfg.acc_elem_bits, reset_less=True)
             r_reg = Signal(cfg.acc_elem_bits)
             # the forwarded word: the result being computed (hit_x), else the one being
-            # written (hit_w), else the RAM's. MUL's product is its last multiplexer, in
-            # front of the operand registers, so that MUL's one-cycle loop (operand register
-            # -> multiplier blocks -> adders -> operand register, the ECP5 clock) has one
-            # LUT after its adders; every other operation's result goes through the rest.
+            # written (hit_w), else the RAM's. MUL's product is not forwarded (below), so no
+            # path runs from the multiplier blocks back into the operand registers.
             hit_x, hit_w = Signal(), Signal()
             m.d.comb += [hit_x.eq(x_v & (x_a == d_a)), hit_w.eq(w_v & (w_a == d_a))]
             # The ALU's operation, decoded into a register of each lane's own (ALU_CONTROL):
@@ -395,36 +408,54 @@ class Compute(wiring.Component):
             for k in range(lanes):
                 m.d.sync += ctl[k].eq(ctl_now)
                 m.d.comb += alu.control[k].eq(ctl[k])
-            # (`keep`: synthesis maps the rest apart, so the product meets one LUT, instead
-            # of entering a wide multiplexer tree at its far end: the product arrives late)
+            # (`keep`: synthesis maps the rest apart, so the chain's multiplexer below meets
+            # one LUT instead of a wide multiplexer tree)
             fwd_other = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
             m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, ram_word)))
+            is_mul = ctl[0].mul
+            # An immediate MUL's word that the iteration in the ALU (X) is about to write
+            # (mul_hit): its value is X's product a * imm, which is not forwarded. The word
+            # takes X's own operand a and the immediate's square instead, a * imm * imm being
+            # the product of the product (modulo 2**32, as every MUL). When X itself was such
+            # a word (x_chain: its operands a' and imm**2, its product a' * imm**3), the word
+            # takes the result being written, W's a' * imm, with imm**2 again. The result
+            # register always holds true results. A tensor ALU's dst words arrive two
+            # cycles apart, never while the iteration before is in the ALU, and GEMM adds.
+            mul_hit, x_chain = Signal(), Signal()
+            m.d.comb += mul_hit.eq(d_op & hit_x & is_mul & ~tensor)
+            m.d.sync += x_chain.eq(mul_hit)
+            imm_sq = Signal(cfg.acc_width_bits)  # from s + 2; the first mul_hit is at s + 4
+            m.d.sync += imm_sq.eq(a_run.imm * a_run.imm)
+            mul_a = Signal(cfg.acc_elem_bits)
+            m.d.comb += mul_a.eq(Mux(x_chain, r_reg, operand))
             fwd = Signal(cfg.acc_elem_bits)
             for k in range(lanes):
                 w = slice(32 * k, 32 * (k + 1))
-                m.d.comb += fwd[w].eq(Mux(hit_x & ctl[k].mul, alu.product[w], fwd_other[w]))
-            is_mul = ctl[0].mul
+                m.d.comb += fwd[w].eq(Mux(hit_x & ctl[k].mul, mul_a[w], fwd_other[w]))
             # operand_b takes no product: a tensor MUL's source word that the iteration in the
             # ALU is about to write (its issues are two cycles apart, so the ALU reads the
             # source two cycles after it arrives) is patched from the result register in the
             # next cycle, when no source word arrives
             patch_b = Signal()
             m.d.sync += patch_b.eq(d_src & hit_x & is_mul)
+            imm_b = Mux(mul_hit, Cat(*[imm_sq for _ in range(lanes)]), imm_vec)
             b_next = Signal(cfg.acc_elem_bits)
             m.d.comb += b_next.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
-                                                          Mux(is_alu, imm_vec, gemm.sums))))
+                                                          Mux(is_alu, imm_b, gemm.sums))))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
                          r_reg.eq(x_res)]
-            with m.If(d_op):
-                m.d.sync += operand.eq(fwd)
-            with m.If(~tensor | d_src | patch_b):
-                m.d.sync += operand_b.eq(b_next)
-            # reset: the operands are zeros (the flip-flops' synchronous reset), and every
-            # operation of two zeros is zero, so no multiplexer follows the ALU (its MUL
-            # loop is the ECP5 clock). `reset` holds from the start to the finish, and the
-            # previous instruction's last operands were taken before its finish.
-            with m.If(reset):
-                m.d.sync += [operand.eq(0), operand_b.eq(0)]
+            # the operands' next values, which MUL's multipliers register themselves
+            # (TensorAlu's mul_regs; on the ECP5 the blocks' input registers)
+            # reset: the operands are zeros, and every operation of two zeros is zero, so
+            # no multiplexer follows the ALU. `reset` holds from the start to the finish,
+            # and the previous instruction's last operands were taken before its finish.
+            a_nx = Signal(cfg.acc_elem_bits)
+            b_nx = Signal(cfg.acc_elem_bits)
+            m.d.comb += [a_nx.eq(Mux(reset, 0, Mux(d_op, fwd, operand))),
+                         b_nx.eq(Mux(reset, 0, Mux(~tensor | d_src | patch_b, b_next,
+                                                   operand_b)))]
+            m.d.sync += [operand.eq(a_nx), operand_b.eq(b_nx)]
+            m.d.comb += [alu.a_next.eq(a_nx), alu.b_next.eq(b_nx)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         if self.compact:
             m.d.comb += alu.op.eq(alu_op)

@@ -6,7 +6,7 @@ on the configuration (``L``, ``W``, ``M``, queue depths, element bytes) are :cla
 properties; what is here is fixed by this implementation.
 
 Worked example (docs/timing.md §5 B): a GEMM of ``n = 64`` micro-op iterations takes
-``gemm_cycles(64) = 64 + GEMM_PIPELINE_CYCLES = 69`` cycles; an ALU ADD over the same loop takes
+``gemm_cycles(64) = 64 + GEMM_PIPELINE_CYCLES = 70`` cycles; an ALU ADD over the same loop takes
 ``alu_cycles(64, use_imm=False) = 2*64 + ALU_PIPELINE_CYCLES = 133``.
 """
 
@@ -30,10 +30,14 @@ PORT_PRIORITY: tuple[str, ...] = ("fetch", "compute", "load", "store")
 READ_CLIENTS: tuple[str, ...] = PORT_PRIORITY[:-1]
 WRITE_CLIENT = PORT_PRIORITY[-1]
 
-#: Cycles a GEMM adds to its micro-op iterations (``s + n + 5``): an iteration issued at ``t``
-#: reads its micro-op at ``t - 1``, INP and WGT at ``t``, ACC at ``t + 1``, accumulates at
-#: ``t + 2`` and writes at ``t + 3``; the instruction finishes 5 cycles after its last issue.
-GEMM_PIPELINE_CYCLES = 5
+#: Cycles a GEMM adds to its micro-op iterations (``s + n + 6``): an iteration issued at ``t``
+#: reads its micro-op at ``t - 1`` and forms its indices at ``t``; the wider cores' registered
+#: datapath registers the INP and WGT indices (the micro-op RAM, the index adders and the
+#: route to the WGT buffer's block RAMs would otherwise fall in one cycle: the ECP5 clock),
+#: reads INP and WGT at ``t + 1``, multiplies, sums and reads ACC over the next cycles, adds
+#: at ``t + 5`` and writes at ``t + 6``; the instruction finishes 6 cycles after its last
+#: issue, with that write.
+GEMM_PIPELINE_CYCLES = 6
 #: The same for ALU instructions: ``s + n + 5`` with an immediate, ``s + 2n + 5`` with a tensor
 #: operand (one issue every two cycles, the last at ``s + 2n - 1``).
 ALU_PIPELINE_CYCLES = 5

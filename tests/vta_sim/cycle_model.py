@@ -153,6 +153,7 @@ def start(s: dict, u: str, insn: dict, c: int, cfg: HwConfig, requests: dict) ->
     if op in (Opcode.GEMM, Opcode.ALU):
         nu = max(0, insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"]
         per = 1 if op == Opcode.GEMM or insn["use_imm"] else 2
-        s["finish"] = c + (nu * per + 5 if nu else 1)
+        fill = 6 if op == Opcode.GEMM else 5  # docs/timing.md §4: s + n + 6, s + n + 5
+        s["finish"] = c + (nu * per + fill if nu else 1)
         return
     s["finish"] = c + 1

@@ -23,7 +23,7 @@ def run(prog, cfg=None, **kw):
 
 
 def test_constants_match_the_document():
-    assert (GEMM_PIPELINE_CYCLES, ALU_PIPELINE_CYCLES) == (5, 5)
+    assert (GEMM_PIPELINE_CYCLES, ALU_PIPELINE_CYCLES) == (6, 5)
 
 
 def test_worked_example_a_padded_load():
@@ -55,8 +55,8 @@ def test_finish_alone():
 
 
 @pytest.mark.parametrize("insn, cycles", [
-    (GemmInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8), 64 + 5),
-    (GemmInsn(reset=1, uop_bgn=0, uop_end=4, iter_out=2, iter_in=8), 64 + 5),
+    (GemmInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8), 64 + 6),
+    (GemmInsn(reset=1, uop_bgn=0, uop_end=4, iter_out=2, iter_in=8), 64 + 6),
     (GemmInsn(uop_bgn=3, uop_end=3), 1),
     (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, alu_opcode=AluOp.ADD), 2 * 64 + 5),
     (AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, use_imm=1, imm=3), 64 + 5),
@@ -102,8 +102,8 @@ def test_command_queue_full_stalls_fetch():
     cfg = preset("default").replace(cmd_queue_depth=1)
     g = GemmInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8)
     st = run([g, g, g, FinishInsn()], cfg)
-    # fetch 40; GEMMs 41->110->179->248; FINISH 248->249
-    assert st.cycles == 249
+    # fetch 40; GEMMs 41->111->181->251; FINISH 251->252
+    assert st.cycles == 252
     assert st.units["fetch"].stall_cycles > 0
 
 
@@ -113,8 +113,8 @@ def test_token_queue_full_stalls_the_pusher():
     st = run([nop, nop, GemmInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8, pop_prev=1),
               GemmInsn(uop_bgn=0, uop_end=0, pop_prev=1), FinishInsn()], cfg)
     # fetch 42; NOPs finish 44 and 45; the second push waits for compute's pop at 45 -> 46;
-    # GEMM 45 -> 114; GEMM 114 -> 115; FINISH 115 -> 116
-    assert st.cycles == 116
+    # GEMM 45 -> 115; GEMM 115 -> 116; FINISH 116 -> 117
+    assert st.cycles == 117
     assert st.units["load"].stall_cycles == 1
 
 
