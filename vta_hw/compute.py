@@ -2,8 +2,9 @@
 
 GEMM and ALU walk the loop ``i < iter_out, j < iter_in, u in uop_bgn..uop_end-1`` issuing one
 iteration per cycle (two for a tensor-operand ALU) from ``s + 1``; the finish cycle is the last
-issue plus 5 (6 for a tensor ALU, whose first issue also is at ``s + 1``), which gives
-``s + n + 5`` and ``s + 2n + 5``. Pipeline, for an iteration issued at ``t``:
+issue plus 6 for a GEMM, 5 for an ALU with an immediate (6 for a tensor ALU, whose first issue
+also is at ``s + 1``), which gives ``s + n + 6``, ``s + n + 5`` and ``s + 2n + 5``. Pipeline,
+for an iteration issued at ``t``:
 
 * ``t - 1``: read the micro-op; ``t``: form the ACC/INP/WGT indices, read INP and WGT;
 * GEMM / ALU immediate: ``t+1`` read ``ACC[dst]`` (GEMM products registered); then on the
@@ -13,11 +14,18 @@ issue plus 5 (6 for a tensor ALU, whose first issue also is at ``s + 1``), which
   the ALU into the result register, ``t+4`` the write;
 * tensor ALU: ``t+1`` reads ``ACC[src]``, ``t+2`` reads ``ACC[dst]``; the ALU and the write one
   cycle later than above;
-* GEMM on the registered datapath: ``t+1`` the INP and WGT words into the multipliers'
-  operand registers, ``t+2`` the products registered and ``ACC[dst]`` read, ``t+3`` the word
-  into the operand register and the adder tree into its register, ``t+4`` the ALU (ADD),
-  ``t+5`` the write: in the finish cycle, so the OUT buffer is transparent (a STORE that pops
-  the GEMM's token reads its first element in that cycle and sees the write).
+* GEMM on the registered datapath: the INP and WGT indices registered at ``t``, read at
+  ``t+1``; ``t+2`` the INP and WGT words into the multipliers' operand registers, ``t+3`` the
+  products registered and ``ACC[dst]`` read, ``t+4`` the word into the operand register and
+  the adder tree into its register, ``t+5`` the ALU (ADD), ``t+6`` the write: in the finish
+  cycle, so the OUT buffer is transparent (a STORE that pops the GEMM's token reads its first
+  element in that cycle and sees the write). On the compact datapath a GEMM finishes a cycle
+  after its last write (the same contract, ``GEMM_PIPELINE_CYCLES``).
+* MUL's product is never forwarded into the operands (registered datapath): an immediate
+  MUL's word that the iteration in the ALU is about to write is computed from that
+  iteration's operand (or from the result being written) times the immediate's square, so
+  the multipliers' path ends in the result register and their inputs are registers of their
+  own (on the ECP5 the multiplier blocks' input registers).
 
 On the registered datapath the ALU's operands and result are registers, so the paths around
 it are short (the ``ecp5`` preset's clock); the compact one saves the registers and two
@@ -60,15 +68,15 @@ COMPUTE_TARGETS = tuple(t for t in MemType
                         if t not in LOAD_UNIT_MEMORY_TYPES and t != MemType.OUT)
 
 # Cycles from the last issue of a loop to its finish: an issue at t writes ACC at t + 4 at the
-# latest (t + 5 for a tensor ALU or a GEMM; the registered datapath), so the finish of
-# docs/timing.md (s + n + 5, s + 2n + 5 with the last of the tensor ALU's issues, two cycles
-# apart, at s + 2n - 1) comes after the write or, for a GEMM, with it: the next instruction of
-# this unit reads ACC two cycles after its start at the earliest, and a STORE that starts at
-# the finish reads OUT, which is transparent to this unit's writes (vta_hw.top).
+# latest (t + 5 for a tensor ALU, t + 6 for a GEMM; the registered datapath), so the finish of
+# docs/timing.md (s + n + 6, s + n + 5, s + 2n + 5 with the last of the tensor ALU's issues,
+# two cycles apart, at s + 2n - 1) comes after the write or, for a GEMM, with it: the next
+# instruction of this unit reads ACC two cycles after its start at the earliest, and a STORE
+# that starts at the finish reads OUT, which is transparent to this unit's writes (vta_hw.top).
 _DRAIN_GEMM = GEMM_PIPELINE_CYCLES
 _DRAIN_ALU_IMM = ALU_PIPELINE_CYCLES
 _DRAIN_ALU_TENSOR = ALU_PIPELINE_CYCLES + 1
-assert min(_DRAIN_GEMM, _DRAIN_ALU_IMM) >= 5 and _DRAIN_ALU_TENSOR >= 6, \
+assert _DRAIN_GEMM >= 6 and _DRAIN_ALU_IMM >= 5 and _DRAIN_ALU_TENSOR >= 6, \
     "the finish would come before the ACC write of the last iteration"
 # FINISH and empty loops finish the cycle after their start (the "short" register below).
 assert NOP_CYCLES == 1, "Compute finishes a FINISH or an empty loop at s + 1"
