@@ -8,8 +8,7 @@ and both shifts.
 
 from __future__ import annotations
 
-from amaranth.hdl import (Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal,
-                          signed)
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -58,11 +57,12 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     last multiplexer. The barrel-shifter datapath takes the operation decoded
     (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given.
 
-    ``mul_next`` (barrel-shifter datapath): ``(a_next, b_next)``, the values that the
-    registers ``a`` and ``b`` take at the next clock edge; MUL's multipliers then read
-    registers of their own loaded with them, each cycle (:func:`_mul_low32_registered`: on
-    the ECP5, ``platform``, the multiplier blocks' input registers), so that the path from the
-    operands through the blocks starts inside the blocks."""
+    ``mul_next`` (barrel-shifter datapath): ``(a_d, a_en, b_d, b_en, clr)``, how the
+    registers ``a`` and ``b`` are loaded (``a_d`` when ``a_en``, ``b_d`` when ``b_en``, both
+    cleared when ``clr``, at the clock edge); MUL's multipliers then read registers of their
+    own loaded the same way (:func:`_mul_low32_registered`: on the ECP5, ``platform``, the
+    multiplier blocks' input registers), so that the path through the blocks starts inside
+    them."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -157,27 +157,34 @@ def _mul_low32(m: Module, a, b, name: str):
     return product
 
 
-def _mul_low32_registered(m: Module, a_next, b_next, name: str, platform=None):
-    """:func:`_mul_low32` of registers loaded with ``a_next`` and ``b_next`` at every clock
-    edge. On the ECP5 (``platform.family == "ecp5"``) the registers are the MULT18X18D
-    blocks' own input registers (an instance: synthesis does not infer them), so the
-    operands' copies sit in the blocks and the path to the product's register starts there;
-    elsewhere (simulation, other parts) they are flip-flops of their own, the same
-    behaviour."""
+def _mul_low32_registered(m: Module, a_d, a_en, b_d, b_en, clr, name: str, platform=None):
+    """:func:`_mul_low32` of two registers: one loads ``a_d`` when ``a_en``, the other
+    ``b_d`` when ``b_en``, and both clear when ``clr`` (synchronous, first), at the clock
+    edge. On the ECP5 (``platform.family == "ecp5"``) the registers are the MULT18X18D blocks'
+    own input registers (an instance: synthesis does not infer them), so the operands' copies
+    sit in the blocks and the path to the product's register starts there; elsewhere
+    (simulation, other parts) they are flip-flops of their own, the same behaviour."""
     lo = 18
     hi = 32 - lo
     ll, hl, lh = MUL_PARTS
-    a_n, b_n = a_next.as_unsigned()[:32], b_next.as_unsigned()[:32]
+    a_n, b_n = a_d.as_unsigned()[:32], b_d.as_unsigned()[:32]
     pieces = {ll: (a_n[:lo], b_n[:lo]), hl: (a_n[lo:], b_n[:lo]), lh: (a_n[:lo], b_n[lo:])}
     prods = {}
     for part, (x, y) in pieces.items():
         p = Signal(2 * lo, name=f"{name}_{part}")
         if getattr(platform, "family", None) == "ecp5":
-            m.submodules[f"{name}_{part}_mult"] = ecp5_mult18_input_registered(x, y, p)
+            m.submodules[f"{name}_{part}_mult"] = ecp5_mult18_input_registered(
+                x, a_en, y, b_en, clr, p)
         else:
-            xq = Signal(lo, name=f"{name}_{part}_a")
-            yq = Signal(lo, name=f"{name}_{part}_b")
-            m.d.sync += [xq.eq(x), yq.eq(y)]
+            # no domain reset, as the blocks' registers (an operand is loaded before use)
+            xq = Signal(lo, name=f"{name}_{part}_a", reset_less=True)
+            yq = Signal(lo, name=f"{name}_{part}_b", reset_less=True)
+            with m.If(a_en):
+                m.d.sync += xq.eq(x)
+            with m.If(b_en):
+                m.d.sync += yq.eq(y)
+            with m.If(clr):
+                m.d.sync += [xq.eq(0), yq.eq(0)]
             m.d.comb += p.eq(xq * yq)
         prods[part] = p
     product = Signal(32, name=f"{name}_prod")
@@ -187,26 +194,29 @@ def _mul_low32_registered(m: Module, a_next, b_next, name: str, platform=None):
 
 
 #: the MULT18X18D parameters of :func:`ecp5_mult18_input_registered`: A and B registered on
-#: CLK0 (enable CE0, synchronous reset RST0), no pipeline or output register, no global reset
+#: CLK0 (enables CE0 and CE1, synchronous reset RST0), no pipeline or output register, no
+#: global reset
 MULT18_INPUT_REGISTERED = {
     "REG_INPUTA_CLK": "CLK0", "REG_INPUTA_CE": "CE0", "REG_INPUTA_RST": "RST0",
-    "REG_INPUTB_CLK": "CLK0", "REG_INPUTB_CE": "CE0", "REG_INPUTB_RST": "RST0",
+    "REG_INPUTB_CLK": "CLK0", "REG_INPUTB_CE": "CE1", "REG_INPUTB_RST": "RST0",
     "REG_INPUTC_CLK": "NONE", "REG_PIPELINE_CLK": "NONE", "REG_OUTPUT_CLK": "NONE",
     "GSR": "DISABLED", "RESETMODE": "SYNC", "MULT_BYPASS": "DISABLED",
     "SOURCEB_MODE": "B_SHIFT", "CAS_MATCH_REG": "FALSE"}
 
 
-def ecp5_mult18_input_registered(a, b, p, domain: str = "sync") -> Instance:
-    """An ECP5 MULT18X18D: ``p`` (36 bits) is the unsigned product of its registers, which
-    load ``a`` and ``b`` (up to 18 bits each, zero-extended) at every edge of ``domain``'s
-    clock and clear on its reset."""
+def ecp5_mult18_input_registered(a, a_en, b, b_en, clr, p, domain: str = "sync") -> Instance:
+    """An ECP5 MULT18X18D: ``p`` (36 bits) is the unsigned product of its input registers,
+    which load ``a`` when ``a_en`` and ``b`` when ``b_en`` (up to 18 bits each,
+    zero-extended) at the edges of ``domain``'s clock, and clear when ``clr`` (synchronous;
+    its enables are raised with it, so the clear does not depend on whether the block's
+    reset needs them)."""
     if len(a) > 18 or len(b) > 18 or len(p) != 36:
         raise ValueError(f"ecp5_mult18_input_registered: operands of at most 18 bits and a "
                          f"36-bit product expected, got {len(a)}, {len(b)} and {len(p)} bits")
     a18, b18 = Cat(a, Const(0, 18 - len(a))), Cat(b, Const(0, 18 - len(b)))
-    ports = {"i_CLK0": ClockSignal(domain), "i_CE0": Const(1), "i_RST0": ResetSignal(domain),
-             "i_SIGNEDA": Const(0), "i_SIGNEDB": Const(0), "i_SOURCEA": Const(0),
-             "i_SOURCEB": Const(0)}
+    ports = {"i_CLK0": ClockSignal(domain), "i_CE0": a_en | clr, "i_CE1": b_en | clr,
+             "i_RST0": clr, "i_SIGNEDA": Const(0), "i_SIGNEDB": Const(0),
+             "i_SOURCEA": Const(0), "i_SOURCEB": Const(0)}
     for k in range(18):
         ports[f"i_A{k}"] = a18[k]
         ports[f"i_B{k}"] = b18[k]
@@ -251,10 +261,10 @@ class TensorAlu(wiring.Component):
         registers each lane's copy apart (the compute unit) keeps the operation's decoding
         and its fan-out across the lanes off the ALU's paths.
     mul_regs : bool
-        ``a`` and ``b`` are registers, and ``a_next`` and ``b_next`` (inputs) the values they
-        take at the next clock edge: MUL's multipliers read copies of their own, loaded with
-        them (on the ECP5 the multiplier blocks' input registers, :func:`alu_lane`'s
-        ``mul_next``). Only on the barrel-shifter datapath.
+        ``a`` and ``b`` are registers, loaded from the inputs ``a_d`` when ``a_en`` and
+        ``b_d`` when ``b_en`` and both cleared when ``ab_clr``: MUL's multipliers read copies
+        of their own, loaded the same way (on the ECP5 the multiplier blocks' input
+        registers, :func:`alu_lane`'s ``mul_next``). Only on the barrel-shifter datapath.
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
     through a barrel shifter per lane (:func:`alu_lane`), and then ``out`` is
@@ -287,8 +297,8 @@ class TensorAlu(wiring.Component):
         else:
             ports["op"] = In(ALU_OPCODE_BITS)
         if mul_regs:
-            ports["a_next"] = In(cfg.acc_elem_bits)
-            ports["b_next"] = In(cfg.acc_elem_bits)
+            ports.update(a_d=In(cfg.acc_elem_bits), a_en=In(1), b_d=In(cfg.acc_elem_bits),
+                         b_en=In(1), ab_clr=In(1))
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -299,8 +309,9 @@ class TensorAlu(wiring.Component):
             r = alu_lane(m, None if self.decoded else self.op, self.a[s], self.b[s],
                          f"{LANE_PREFIX}{lane}", shift_by_multiplier=self.shift_by_multiplier,
                          parts=parts, control=self.control[lane] if self.decoded else None,
-                         mul_next=((self.a_next[s], self.b_next[s]) if self.mul_regs
-                                   else None), platform=platform)
+                         mul_next=((self.a_d[s], self.a_en, self.b_d[s], self.b_en,
+                                    self.ab_clr) if self.mul_regs else None),
+                         platform=platform)
             m.d.comb += [self.out[s].eq(r), self.product[s].eq(parts.get("product", r)),
                          self.other[s].eq(parts.get("other", r))]
         return m

@@ -452,18 +452,20 @@ class Compute(wiring.Component):
                                                           Mux(is_alu, imm_b, gemm.sums))))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
                          r_reg.eq(x_res)]
-            # the operands' next values, which MUL's multipliers register themselves
-            # (TensorAlu's mul_regs; on the ECP5 the blocks' input registers)
             # reset: the operands are zeros, and every operation of two zeros is zero, so
             # no multiplexer follows the ALU. `reset` holds from the start to the finish,
             # and the previous instruction's last operands were taken before its finish.
-            a_nx = Signal(cfg.acc_elem_bits)
-            b_nx = Signal(cfg.acc_elem_bits)
-            m.d.comb += [a_nx.eq(Mux(reset, 0, Mux(d_op, fwd, operand))),
-                         b_nx.eq(Mux(reset, 0, Mux(~tensor | d_src | patch_b, b_next,
-                                                   operand_b)))]
-            m.d.sync += [operand.eq(a_nx), operand_b.eq(b_nx)]
-            m.d.comb += [alu.a_next.eq(a_nx), alu.b_next.eq(b_nx)]
+            # MUL's multipliers register the operands themselves, loaded the same way
+            # (TensorAlu's mul_regs; on the ECP5 the blocks' input registers)
+            a_en, b_en = d_op, ~tensor | d_src | patch_b
+            with m.If(a_en):
+                m.d.sync += operand.eq(fwd)
+            with m.If(b_en):
+                m.d.sync += operand_b.eq(b_next)
+            with m.If(reset):
+                m.d.sync += [operand.eq(0), operand_b.eq(0)]
+            m.d.comb += [alu.a_d.eq(fwd), alu.a_en.eq(a_en), alu.b_d.eq(b_next),
+                         alu.b_en.eq(b_en), alu.ab_clr.eq(reset)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         if self.compact:
             m.d.comb += alu.op.eq(alu_op)

@@ -339,16 +339,17 @@ def _mult18x18d_model(inst):
 @pytest.mark.parametrize("platform", [None, "ecp5"])
 def test_alu_registered_multipliers_match_semantics(platform, monkeypatch):
     """MUL with the multipliers' own input registers (``mul_regs``): the product a cycle
-    after ``a_next`` and ``b_next`` is the low word of theirs, with flip-flops (simulation)
-    and with the ECP5's MULT18X18D instances (a behavioural model of the instance read from
-    its ports and parameters), three per lane, named as the build's floorplan finds them."""
+    after ``a_d`` and ``b_d`` are loaded is the low word of theirs; a register not enabled
+    holds, a clear zeroes both; with flip-flops (simulation) and with the ECP5's MULT18X18D
+    instances (a behavioural model of the instance read from its ports and parameters),
+    three per lane, named as the build's floorplan finds them."""
     from vtakit.boards.build import _ALU_DSP_CELL
     from vtakit.vta_hw import alu as alu_mod
     made = []
     real = alu_mod.ecp5_mult18_input_registered
 
-    def modelled(a, b, p, domain="sync"):
-        made.append(real(a, b, p, domain))
+    def modelled(*args, **kwargs):
+        made.append(real(*args, **kwargs))
         return _mult18x18d_model(made[-1])
 
     monkeypatch.setattr(alu_mod, "ecp5_mult18_input_registered", modelled)
@@ -357,26 +358,41 @@ def test_alu_registered_multipliers_match_semantics(platform, monkeypatch):
     alu = TensorAlu(cfg, decoded=True, mul_regs=True)
     dut = _OnPlatform(alu, _Ecp5() if platform else None)
     cases = [(a, b) for op, a, b in ALU_CASES if op == AluOp.MUL]
+    ones = (1 << (32 * lanes)) - 1
+
+    def vec(x):
+        return sum((x & 0xffffffff) << (32 * k) for k in range(lanes))
+
+    def low(x):
+        return int(_alu_op(AluOp.MUL, np.array([x[0]]), x[1])[0]) & 0xffffffff
+
+    async def check(ctx, want):
+        for k in range(lanes):
+            got = (ctx.get(alu.product) >> (32 * k)) & 0xffffffff
+            assert got == want, (k, got, want)
 
     async def bench(ctx):
         ctx.set(alu.control.as_value(), sum(_alu_control_bits(AluOp.MUL) << (4 * k)
                                             for k in range(lanes)))
+        prev = (0, 0)
         for a, b in cases:
-            va = sum((a & 0xffffffff) << (32 * k) for k in range(lanes))
-            vb = sum((b & 0xffffffff) << (32 * k) for k in range(lanes))
-            ctx.set(alu.a_next, va)
-            ctx.set(alu.b_next, vb)
-            await ctx.tick()
-            ctx.set(alu.a, va)  # the registers' values, as the compute unit has them
-            ctx.set(alu.b, vb)
-            # the next values move on: the product is the registered one's
-            ctx.set(alu.a_next, va ^ ((1 << (32 * lanes)) - 1))
-            ctx.set(alu.b_next, vb ^ int("5a" * (4 * lanes), 16))
-            want = int(_alu_op(AluOp.MUL, np.array([a]), b)[0]) & 0xffffffff
-            for k in range(lanes):
-                got = (ctx.get(alu.product) >> (32 * k)) & 0xffffffff
-                assert got == want, (a, b, k, got, want)
-            assert ctx.get(alu.out) & 0xffffffff == want
+            for en_a, en_b in ((1, 0), (0, 1), (1, 1)):
+                ctx.set(alu.a_d, vec(a))
+                ctx.set(alu.b_d, vec(b))
+                ctx.set(alu.a_en, en_a)
+                ctx.set(alu.b_en, en_b)
+                await ctx.tick()
+                prev = (a if en_a else prev[0], b if en_b else prev[1])
+                # the inputs move on: the product is the registers'
+                ctx.set(alu.a_d, vec(a) ^ ones)
+                ctx.set(alu.b_d, vec(b) ^ int("5a" * (4 * lanes), 16))
+                ctx.set(alu.a_en, 0)
+                ctx.set(alu.b_en, 0)
+                await check(ctx, low(prev))
+        ctx.set(alu.ab_clr, 1)
+        await ctx.tick()
+        ctx.set(alu.ab_clr, 0)
+        await check(ctx, 0)
 
     run(dut, bench)
     if platform:
@@ -393,7 +409,8 @@ def test_alu_registered_multipliers_match_semantics(platform, monkeypatch):
 def test_ecp5_multiplier_instance_checks_its_widths():
     with pytest.raises(ValueError, match="at most 18 bits and a 36-bit product expected, "
                                          "got 19, 18 and 36 bits"):
-        ecp5_mult18_input_registered(Signal(19), Signal(18), Signal(36))
+        ecp5_mult18_input_registered(Signal(19), Const(1), Signal(18), Const(1), Const(0),
+                                     Signal(36))
 
 
 def test_alu_decoded_needs_the_barrel_shifter_datapath():

@@ -134,7 +134,7 @@ def test_cycle_limit():
     with pytest.raises(SimCycleLimit, match=r"#0 GEMM.*cycle limit 1000 reached before FINISH"
                                             r".*compute: #0 GEMM"):
         run(prog, cycle_limit=1000)
-    assert run(prog, cycle_limit=20000).cycles == 37 + 10005 + 1
+    assert run(prog, cycle_limit=20000).cycles == 37 + 10006 + 1
 
 
 def test_bad_arguments():
