@@ -8,7 +8,7 @@ and both shifts.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
