@@ -8,7 +8,7 @@ and both shifts.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -16,7 +16,7 @@ from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import ALU_OPCODE_BITS, AluOp
 
 __all__ = ["TensorAlu", "alu_lane", "alu_control", "compact_datapath", "ALU_CONTROL",
-           "MUL_PARTS", "LANE_PREFIX", "MULT18_INPUT_REGISTERED", "ecp5_mult18_input_registered"]
+           "MUL_PARTS", "LANE_PREFIX"]
 
 #: The names of MUL's three partial products in a lane (``<lane>_<part>``), low by low first:
 #: each is one 18x18 multiplier block on the ECP5 (the build's floorplan finds them by name)
@@ -46,7 +46,7 @@ def compact_datapath(cfg: HwConfig) -> bool:
 
 
 def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True,
-             parts: dict | None = None, control=None, mul_next=None, platform=None):
+             parts: dict | None = None, control=None):
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
 
     ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
@@ -55,14 +55,7 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     ``parts``, when given, receives the lane's ``"product"`` (MUL's result) and ``"other"``
     (the result of every other operation; anything for MUL), of which the result is the
     last multiplexer. The barrel-shifter datapath takes the operation decoded
-    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given.
-
-    ``mul_next`` (barrel-shifter datapath): ``(a_d, a_en, b_d, b_en, clr)``, how the
-    registers ``a`` and ``b`` are loaded (``a_d`` when ``a_en``, ``b_d`` when ``b_en``, both
-    cleared when ``clr``, at the clock edge); MUL's multipliers then read registers of their
-    own loaded the same way (:func:`_mul_low32_registered`: on the ECP5, ``platform``, the
-    multiplier blocks' input registers), so that the path through the blocks starts inside
-    them."""
+    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -81,8 +74,7 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
         shifted = product = _shift_on_multiplier(m, op, a, b, name)
     else:
         shifted = _barrel_shift(a, b, m, name)
-        product = (_mul_low32(m, a, b, name) if mul_next is None
-                   else _mul_low32_registered(m, *mul_next, name, platform))
+        product = _mul_low32(m, a, b, name)
     if shift_by_multiplier:
         with m.Switch(op):
             with m.Case(AluOp.MIN, AluOp.MAX):
@@ -157,76 +149,6 @@ def _mul_low32(m: Module, a, b, name: str):
     return product
 
 
-def _mul_low32_registered(m: Module, a_d, a_en, b_d, b_en, clr, name: str, platform=None):
-    """:func:`_mul_low32` of two registers: one loads ``a_d`` when ``a_en``, the other
-    ``b_d`` when ``b_en``, and both clear when ``clr`` (synchronous, first), at the clock
-    edge. On the ECP5 (``platform.family == "ecp5"``) the registers are the MULT18X18D blocks'
-    own input registers (an instance: synthesis does not infer them), so the operands' copies
-    sit in the blocks and the path to the product's register starts there; elsewhere
-    (simulation, other parts) they are flip-flops of their own, the same behaviour."""
-    lo = 18
-    hi = 32 - lo
-    ll, hl, lh = MUL_PARTS
-    a_n, b_n = a_d.as_unsigned()[:32], b_d.as_unsigned()[:32]
-    pieces = {ll: (a_n[:lo], b_n[:lo]), hl: (a_n[lo:], b_n[:lo]), lh: (a_n[:lo], b_n[lo:])}
-    prods = {}
-    for part, (x, y) in pieces.items():
-        p = Signal(2 * lo, name=f"{name}_{part}")
-        if getattr(platform, "family", None) == "ecp5":
-            m.submodules[f"{name}_{part}_mult"] = ecp5_mult18_input_registered(
-                x, a_en, y, b_en, clr, p)
-        else:
-            # no domain reset, as the blocks' registers (an operand is loaded before use)
-            xq = Signal(lo, name=f"{name}_{part}_a", reset_less=True)
-            yq = Signal(lo, name=f"{name}_{part}_b", reset_less=True)
-            with m.If(a_en):
-                m.d.sync += xq.eq(x)
-            with m.If(b_en):
-                m.d.sync += yq.eq(y)
-            with m.If(clr):
-                m.d.sync += [xq.eq(0), yq.eq(0)]
-            m.d.comb += p.eq(xq * yq)
-        prods[part] = p
-    product = Signal(32, name=f"{name}_prod")
-    m.d.comb += product.eq(Cat(prods[ll][:lo],
-                               (prods[ll][lo:32] + prods[hl][:hi] + prods[lh][:hi])[:hi]))
-    return product
-
-
-#: the MULT18X18D parameters of :func:`ecp5_mult18_input_registered`: A and B registered on
-#: CLK0 (enables CE0 and CE1, synchronous reset RST0), no pipeline or output register, no
-#: global reset
-MULT18_INPUT_REGISTERED = {
-    "REG_INPUTA_CLK": "CLK0", "REG_INPUTA_CE": "CE0", "REG_INPUTA_RST": "RST0",
-    "REG_INPUTB_CLK": "CLK0", "REG_INPUTB_CE": "CE1", "REG_INPUTB_RST": "RST0",
-    "REG_INPUTC_CLK": "NONE", "REG_PIPELINE_CLK": "NONE", "REG_OUTPUT_CLK": "NONE",
-    "GSR": "DISABLED", "RESETMODE": "SYNC", "MULT_BYPASS": "DISABLED",
-    "SOURCEB_MODE": "B_SHIFT", "CAS_MATCH_REG": "FALSE"}
-
-
-def ecp5_mult18_input_registered(a, a_en, b, b_en, clr, p, domain: str = "sync") -> Instance:
-    """An ECP5 MULT18X18D: ``p`` (36 bits) is the unsigned product of its input registers,
-    which load ``a`` when ``a_en`` and ``b`` when ``b_en`` (up to 18 bits each,
-    zero-extended) at the edges of ``domain``'s clock, and clear when ``clr`` (synchronous;
-    its enables are raised with it, so the clear does not depend on whether the block's
-    reset needs them)."""
-    if len(a) > 18 or len(b) > 18 or len(p) != 36:
-        raise ValueError(f"ecp5_mult18_input_registered: operands of at most 18 bits and a "
-                         f"36-bit product expected, got {len(a)}, {len(b)} and {len(p)} bits")
-    a18, b18 = Cat(a, Const(0, 18 - len(a))), Cat(b, Const(0, 18 - len(b)))
-    ports = {"i_CLK0": ClockSignal(domain), "i_CE0": a_en | clr, "i_CE1": b_en | clr,
-             "i_RST0": clr, "i_SIGNEDA": Const(0), "i_SIGNEDB": Const(0),
-             "i_SOURCEA": Const(0), "i_SOURCEB": Const(0)}
-    for k in range(18):
-        ports[f"i_A{k}"] = a18[k]
-        ports[f"i_B{k}"] = b18[k]
-        ports[f"i_C{k}"] = Const(0)
-    for k in range(36):
-        ports[f"o_P{k}"] = p[k]
-    return Instance("MULT18X18D", **{f"p_{k}": v for k, v in MULT18_INPUT_REGISTERED.items()},
-                    **ports)
-
-
 def _barrel_shift(a, b, m: Module, name: str):
     """``a >> min(b, 31)`` (arithmetic) for ``b >= 0``, ``a << -b`` (0 from 32 on) for
     ``b < 0``, in a barrel shifter of its own.
@@ -260,11 +182,6 @@ class TensorAlu(wiring.Component):
         array of them), in place of ``op``; only on the barrel-shifter datapath. A user that
         registers each lane's copy apart (the compute unit) keeps the operation's decoding
         and its fan-out across the lanes off the ALU's paths.
-    mul_regs : bool
-        ``a`` and ``b`` are registers, loaded from the inputs ``a_d`` when ``a_en`` and
-        ``b_d`` when ``b_en`` and both cleared when ``ab_clr``: MUL's multipliers read copies
-        of their own, loaded the same way (on the ECP5 the multiplier blocks' input
-        registers, :func:`alu_lane`'s ``mul_next``). Only on the barrel-shifter datapath.
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
     through a barrel shifter per lane (:func:`alu_lane`), and then ``out`` is
@@ -275,7 +192,7 @@ class TensorAlu(wiring.Component):
     are both ``out``.
     """
 
-    def __init__(self, cfg: HwConfig, decoded: bool = False, mul_regs: bool = False):
+    def __init__(self, cfg: HwConfig, decoded: bool = False):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"TensorAlu: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg
@@ -283,11 +200,7 @@ class TensorAlu(wiring.Component):
         if decoded and self.shift_by_multiplier:
             raise ValueError("TensorAlu: decoded=True needs the barrel-shifter datapath; "
                              f"the compact one (a core of one lane) takes op, got {cfg!r}")
-        if mul_regs and self.shift_by_multiplier:
-            raise ValueError("TensorAlu: mul_regs=True needs the barrel-shifter datapath; "
-                             f"the compact one (a core of one lane) has no registers, got {cfg!r}")
         self.decoded = decoded
-        self.mul_regs = mul_regs
         lanes = cfg.batch * cfg.block_out
         ports = {"a": In(cfg.acc_elem_bits), "b": In(cfg.acc_elem_bits),
                  "out": Out(cfg.acc_elem_bits), "product": Out(cfg.acc_elem_bits),
@@ -296,9 +209,6 @@ class TensorAlu(wiring.Component):
             ports["control"] = In(data.ArrayLayout(ALU_CONTROL, lanes))
         else:
             ports["op"] = In(ALU_OPCODE_BITS)
-        if mul_regs:
-            ports.update(a_d=In(cfg.acc_elem_bits), a_en=In(1), b_d=In(cfg.acc_elem_bits),
-                         b_en=In(1), ab_clr=In(1))
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -308,10 +218,7 @@ class TensorAlu(wiring.Component):
             parts: dict = {}
             r = alu_lane(m, None if self.decoded else self.op, self.a[s], self.b[s],
                          f"{LANE_PREFIX}{lane}", shift_by_multiplier=self.shift_by_multiplier,
-                         parts=parts, control=self.control[lane] if self.decoded else None,
-                         mul_next=((self.a_d[s], self.a_en, self.b_d[s], self.b_en,
-                                    self.ab_clr) if self.mul_regs else None),
-                         platform=platform)
+                         parts=parts, control=self.control[lane] if self.decoded else None)
             m.d.comb += [self.out[s].eq(r), self.product[s].eq(parts.get("product", r)),
                          self.other[s].eq(parts.get("other", r))]
         return m

@@ -24,8 +24,7 @@ for an iteration issued at ``t``:
 * MUL's product is never forwarded into the operands (registered datapath): an immediate
   MUL's word that the iteration in the ALU is about to write is computed from that
   iteration's operand (or from the result being written) times the immediate's square, so
-  the multipliers' path ends in the result register and their inputs are registers of their
-  own (on the ECP5 the multiplier blocks' input registers).
+  the multipliers' path ends in the result register: no loop runs through them.
 
 On the registered datapath the ALU's operands and result are registers, so the paths around
 it are short (the ``ecp5`` preset's clock); the compact one saves the registers and two
@@ -355,8 +354,7 @@ class Compute(wiring.Component):
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
         gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products,
                                             operand_regs=not self.compact)
-        alu = m.submodules.alu = TensorAlu(cfg, decoded=not self.compact,
-                                           mul_regs=not self.compact)
+        alu = m.submodules.alu = TensorAlu(cfg, decoded=not self.compact)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
         x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
         lanes = cfg.batch * cfg.block_out
@@ -452,20 +450,17 @@ class Compute(wiring.Component):
                                                           Mux(is_alu, imm_b, gemm.sums))))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
                          r_reg.eq(x_res)]
-            # reset: the operands are zeros, and every operation of two zeros is zero, so
-            # no multiplexer follows the ALU. `reset` holds from the start to the finish,
-            # and the previous instruction's last operands were taken before its finish.
-            # MUL's multipliers register the operands themselves, loaded the same way
-            # (TensorAlu's mul_regs; on the ECP5 the blocks' input registers)
-            a_en, b_en = d_op, ~tensor | d_src | patch_b
-            with m.If(a_en):
+            with m.If(d_op):
                 m.d.sync += operand.eq(fwd)
-            with m.If(b_en):
+            with m.If(~tensor | d_src | patch_b):
                 m.d.sync += operand_b.eq(b_next)
+            # reset: the operands are zeros (the flip-flops' synchronous reset), and every
+            # operation of two zeros is zero, so no multiplexer follows the ALU (MUL's path
+            # into the result register is the ECP5 clock). `reset` holds from the start to
+            # the finish, and the previous instruction's last operands were taken before its
+            # finish.
             with m.If(reset):
                 m.d.sync += [operand.eq(0), operand_b.eq(0)]
-            m.d.comb += [alu.a_d.eq(fwd), alu.a_en.eq(a_en), alu.b_d.eq(b_next),
-                         alu.b_en.eq(b_en), alu.ab_clr.eq(reset)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         if self.compact:
             m.d.comb += alu.op.eq(alu_op)

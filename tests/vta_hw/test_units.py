@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Fragment, Module, Signal, signed
+from amaranth.hdl import Module, Signal, signed
 from amaranth.sim import Simulator
 
-from vtakit.vta_hw.alu import TensorAlu, ecp5_mult18_input_registered
+from vtakit.vta_hw.alu import TensorAlu
 from vtakit.vta_hw.config import preset
 from vtakit.vta_hw.gemm import GemmCore, booth_mul8
 from vtakit.vta_hw.isa import AluOp
@@ -289,128 +289,6 @@ def test_alu_matches_semantics(config, decoded):
             assert half & 0xffffffff == want, (op, a, b, half, want)
 
     run(alu, bench, clock=False)
-
-
-class _Ecp5:
-    """Stands in for an ECP5 platform: what the core's elaboration asks of one."""
-    family = "ecp5"
-
-
-class _OnPlatform(Elaboratable):
-    def __init__(self, dut, platform):
-        self.dut, self.platform = dut, platform
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = Fragment.get(self.dut, self.platform)
-        return m
-
-
-def _mult18x18d_model(inst):
-    """A behavioural MULT18X18D for the modes the core instantiates, read from the instance's
-    own ports and parameters as Lattice documents them: A and B (18 bits, SIGNEDA/SIGNEDB low:
-    unsigned) each optionally registered on CLK0 (the named CE enables, the named RST clears,
-    synchronously), no pipeline or output register, P = A * B (36 bits)."""
-    assert inst.type == "MULT18X18D"
-    prm = inst.parameters
-    ports = {name: val for name, (val, _) in inst.ports.items()}
-    assert prm["REG_PIPELINE_CLK"] == prm["REG_OUTPUT_CLK"] == "NONE"
-    assert prm["RESETMODE"] == "SYNC" and prm["MULT_BYPASS"] == "DISABLED"
-    m = Module()
-    ops = []
-    for x in ("A", "B"):
-        assert repr(ports[f"SIGNED{x}"]) == repr(Const(0)), "unsigned operands"
-        v = Cat(*[ports[f"{x}{k}"] for k in range(18)])
-        clk = prm[f"REG_INPUT{x}_CLK"]
-        if clk == "NONE":
-            ops.append(v)
-            continue
-        assert clk == "CLK0" and repr(ports["CLK0"]) == repr(ClockSignal("sync"))
-        q = Signal(18)
-        with m.If(ports[prm[f"REG_INPUT{x}_RST"]]):
-            m.d.sync += q.eq(0)
-        with m.Elif(ports[prm[f"REG_INPUT{x}_CE"]]):
-            m.d.sync += q.eq(v)
-        ops.append(q)
-    m.d.comb += Cat(*[ports[f"P{k}"] for k in range(36)]).eq(ops[0] * ops[1])
-    return m
-
-
-@pytest.mark.parametrize("platform", [None, "ecp5"])
-def test_alu_registered_multipliers_match_semantics(platform, monkeypatch):
-    """MUL with the multipliers' own input registers (``mul_regs``): the product a cycle
-    after ``a_d`` and ``b_d`` are loaded is the low word of theirs; a register not enabled
-    holds, a clear zeroes both; with flip-flops (simulation) and with the ECP5's MULT18X18D
-    instances (a behavioural model of the instance read from its ports and parameters),
-    three per lane, named as the build's floorplan finds them."""
-    from vtakit.boards.build import _ALU_DSP_CELL
-    from vtakit.vta_hw import alu as alu_mod
-    made = []
-    real = alu_mod.ecp5_mult18_input_registered
-
-    def modelled(*args, **kwargs):
-        made.append(real(*args, **kwargs))
-        return _mult18x18d_model(made[-1])
-
-    monkeypatch.setattr(alu_mod, "ecp5_mult18_input_registered", modelled)
-    cfg = preset("ecp5")
-    lanes = cfg.batch * cfg.block_out
-    alu = TensorAlu(cfg, decoded=True, mul_regs=True)
-    dut = _OnPlatform(alu, _Ecp5() if platform else None)
-    cases = [(a, b) for op, a, b in ALU_CASES if op == AluOp.MUL]
-    ones = (1 << (32 * lanes)) - 1
-
-    def vec(x):
-        return sum((x & 0xffffffff) << (32 * k) for k in range(lanes))
-
-    def low(x):
-        return int(_alu_op(AluOp.MUL, np.array([x[0]]), x[1])[0]) & 0xffffffff
-
-    async def check(ctx, want):
-        for k in range(lanes):
-            got = (ctx.get(alu.product) >> (32 * k)) & 0xffffffff
-            assert got == want, (k, got, want)
-
-    async def bench(ctx):
-        ctx.set(alu.control.as_value(), sum(_alu_control_bits(AluOp.MUL) << (4 * k)
-                                            for k in range(lanes)))
-        prev = (0, 0)
-        for a, b in cases:
-            for en_a, en_b in ((1, 0), (0, 1), (1, 1)):
-                ctx.set(alu.a_d, vec(a))
-                ctx.set(alu.b_d, vec(b))
-                ctx.set(alu.a_en, en_a)
-                ctx.set(alu.b_en, en_b)
-                await ctx.tick()
-                prev = (a if en_a else prev[0], b if en_b else prev[1])
-                # the inputs move on: the product is the registers'
-                ctx.set(alu.a_d, vec(a) ^ ones)
-                ctx.set(alu.b_d, vec(b) ^ int("5a" * (4 * lanes), 16))
-                ctx.set(alu.a_en, 0)
-                ctx.set(alu.b_en, 0)
-                await check(ctx, low(prev))
-        ctx.set(alu.ab_clr, 1)
-        await ctx.tick()
-        ctx.set(alu.ab_clr, 0)
-        await check(ctx, 0)
-
-    run(dut, bench)
-    if platform:
-        assert len(made) == 3 * lanes
-        names = [n for n in Fragment.get(alu, _Ecp5()).subfragments]
-        hits = sorted(_ALU_DSP_CELL.search(f"compute.alu.{name}").groups()
-                      for _, name, *_ in names if "_mult" in name)
-        assert hits == sorted((str(k), part) for k in range(lanes)
-                              for part in ("p_ll", "p_hl", "p_lh"))
-    else:
-        assert not made
-
-
-def test_ecp5_multiplier_instance_checks_its_widths():
-    with pytest.raises(ValueError, match="at most 18 bits and a 36-bit product expected, "
-                                         "got 19, 18 and 36 bits"):
-        ecp5_mult18_input_registered(Signal(19), Const(1), Signal(18), Const(1), Const(0),
-                                     Signal(36))
 
 
 def test_alu_decoded_needs_the_barrel_shifter_datapath():
