@@ -299,8 +299,13 @@ class BurstMemory(wiring.Component):
         core_to_ram = [ram.addr.eq(beat_word),
                        ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
                        ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
+        # the RAM's word a cycle later, in flip-flops, where the delay line is a ring of block
+        # RAM (below): the ring's input and the staged host port's read word
+        r_word = Signal.like(ram.r_data)
+        m.d.sync += r_word.eq(ram.r_data)
         if self.host_stage:
-            self._host_staged(m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram)
+            self._host_staged(m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram,
+                              r_word)
         else:
             # on the iCE40's SPRAMs (logic cells run out, the clock is the oscillator's) the
             # RAM does the request in the take's cycle
@@ -326,7 +331,7 @@ class BurstMemory(wiring.Component):
         m.d.sync += valid_line.eq(Cat(rd_beat, valid_line[:-1]))
         m.d.comb += self.rd_data_valid.eq(valid_line[-1])
         delay = L - 1
-        if delay <= 2:
+        if delay <= 3:
             stage = ram.r_data
             for k in range(delay):
                 q = Signal.like(ram.r_data, name=f"rd_data_{k}")
@@ -334,13 +339,13 @@ class BurstMemory(wiring.Component):
                 stage = q
             m.d.comb += self.rd_data.eq(stage)
         else:
-            # k = delay - 1 cycles in a ring of block RAM, then a register of flip-flops, so
-            # that no path runs from the ring's block RAM output, slow as block RAM outputs
-            # are, on into the core (the ECP5 build's clock). Entry written at t + 1 (the
-            # RAM's output for a beat at t), read at t + k (its data at t + k + 1, registered
-            # at t + L), i.e. k - 1 >= 1 entries behind the write pointer; the ring has at
-            # least k entries, so nothing is overwritten before it is read
-            k = delay - 1
+            # The RAM's word registered in flip-flops, then k = delay - 2 cycles in a ring of
+            # block RAM, then flip-flops again: no path runs from a block RAM's output, slow
+            # as those are, through a long route (the RAM's blocks lie across the die) on into
+            # the ring or the core (the ECP5 build's clock). Entry written at t + 2 (the
+            # register's word for a beat at t), read at t + L - 2 (its data at t + L - 1,
+            # registered at t + L), i.e. L - 4 >= 1 entries behind the write pointer; the ring
+            # has at least L - 1 entries, so nothing is overwritten before it is read
             depth = 1 << max(1, (delay - 1).bit_length())
             ring = m.submodules.delay_line = memory.Memory(
                 shape=cfg.bus_width_bits, depth=depth, init=[],
@@ -349,12 +354,13 @@ class BurstMemory(wiring.Component):
             m.d.sync += wp.eq(wp + 1)
             w = ring.write_port()
             r = ring.read_port()
-            m.d.comb += [w.addr.eq(wp), w.data.eq(ram.r_data), w.en.eq(1),
-                         r.addr.eq(wp + (depth - (k - 1)) % depth)]
+            m.d.comb += [w.addr.eq(wp), w.data.eq(r_word), w.en.eq(1),
+                         r.addr.eq(wp + (depth - (L - 4)) % depth)]
             m.d.sync += self.rd_data.eq(r.data)
         return m
 
-    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram):
+    def _host_staged(self, m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram,
+                     r_word):
         """The host's request registered before the RAM (``host_stage``). A request taken at
         t reaches the RAM at t + 1 from registers of its own, so the host's (the bridge's)
         request logic does not run on into the RAM's inputs, which lie across the die (the
@@ -378,12 +384,13 @@ class BurstMemory(wiring.Component):
                          ram.r_en.eq(h_read)]
         with m.Else():
             m.d.comb += core_to_ram
-        # the word registered once more on its way to the host (the bridge): the RAM's block
-        # RAM outputs lie across the die from the bridge (the ECP5 build's clock)
+        # the word registered once more on its way to the host (the bridge), r_word: the
+        # RAM's block RAM outputs lie across the die from the bridge (the ECP5 build's clock)
         host_read_q, host_read_qq = Signal(), Signal()
-        m.d.sync += [host_read_q.eq(h_read), host_read_qq.eq(host_read_q),
-                     self.host_r_data.eq(ram.r_data.word_select(lane_qq, HOST_WORD_BITS))]
-        m.d.comb += self.host_r_valid.eq(host_read_qq)
+        lane_q3 = Signal.like(lane)
+        m.d.sync += [host_read_q.eq(h_read), host_read_qq.eq(host_read_q), lane_q3.eq(lane_qq)]
+        m.d.comb += [self.host_r_valid.eq(host_read_qq),
+                     self.host_r_data.eq(r_word.word_select(lane_q3, HOST_WORD_BITS))]
 
 
 def _default_bridge(**kwargs) -> wiring.Component:

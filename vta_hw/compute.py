@@ -448,8 +448,15 @@ class Compute(wiring.Component):
             b_next = Signal(cfg.acc_elem_bits)
             m.d.comb += b_next.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
                                                           Mux(is_alu, imm_b, gemm.sums))))
-            m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a),
-                         r_reg.eq(x_res)]
+            m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a)]
+            # MUL's product and every other result in registers of their own, selected after
+            # them by the operation (which holds past the instruction's last write)
+            r_mul = Signal(cfg.acc_elem_bits)
+            r_oth = Signal(cfg.acc_elem_bits)
+            m.d.sync += [r_mul.eq(alu.product), r_oth.eq(alu.other)]
+            for k in range(lanes):
+                w = slice(32 * k, 32 * (k + 1))
+                m.d.comb += r_reg[w].eq(Mux(ctl[k].mul, r_mul[w], r_oth[w]))
             with m.If(d_op):
                 m.d.sync += operand.eq(fwd)
             with m.If(~tensor | d_src | patch_b):

@@ -27,6 +27,9 @@ CONFIGS = {
     "L1": ICE40.replace(mem_read_latency_cycles=1, mem_max_burst_beats=2),
     "L2": ICE40.replace(mem_read_latency_cycles=2),
     "L3-M1": ICE40.replace(mem_read_latency_cycles=3, mem_max_burst_beats=1),
+    # the delay line's edges: three register stages, then the shortest ring
+    "L5": ICE40.replace(mem_read_latency_cycles=5),
+    "L6": ICE40.replace(mem_read_latency_cycles=6),
     "ecp5": preset("ecp5"),
 }
 
