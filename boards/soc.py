@@ -299,10 +299,11 @@ class BurstMemory(wiring.Component):
         core_to_ram = [ram.addr.eq(beat_word),
                        ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
                        ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
-        # the RAM's word a cycle later, in flip-flops, where the delay line is a ring of block
-        # RAM (below): the ring's input and the staged host port's read word
+        # the RAM's word a cycle later, in flip-flops: the staged host port's read word and,
+        # where the delay line is a ring of block RAM (below), the ring's input
         r_word = Signal.like(ram.r_data)
-        m.d.sync += r_word.eq(ram.r_data)
+        if self.host_stage or L - 1 > 3:
+            m.d.sync += r_word.eq(ram.r_data)
         if self.host_stage:
             self._host_staged(m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram,
                               r_word)

@@ -356,7 +356,8 @@ class Compute(wiring.Component):
                                             operand_regs=not self.compact)
         alu = m.submodules.alu = TensorAlu(cfg, decoded=not self.compact)
         m.d.comb += [gemm.inp.eq(self.inp_r_data[0]), gemm.wgt.eq(self.wgt_r_data[0])]
-        x_res = Signal(cfg.acc_elem_bits)  # the ALU's result (0 for a GEMM with reset)
+        # the compact datapath's ALU result, written in its cycle (0 for a GEMM with reset)
+        x_res = Signal(cfg.acc_elem_bits)
         lanes = cfg.batch * cfg.block_out
         # The ALU works from t+2 >= s+3, while the unit is busy and takes nothing, when the
         # candidate instruction is the unit's register: read the operation and the immediate
@@ -471,11 +472,9 @@ class Compute(wiring.Component):
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         if self.compact:
             m.d.comb += alu.op.eq(alu_op)
-        m.d.comb += [
-            alu.a.eq(operand),
-            alu.b.eq(operand_b),
-            x_res.eq(Mux(reset, 0, alu.out) if self.compact else alu.out),
-        ]
+        m.d.comb += [alu.a.eq(operand), alu.b.eq(operand_b)]
+        if self.compact:
+            m.d.comb += x_res.eq(Mux(reset, 0, alu.out))
         m.d.comb += [self.out_w_en[0].eq(wr_en), self.out_w_addr.eq(wr_a),
                      self.out_w_data[0].eq(Cat(*[wr_v[k * 32:k * 32 + 8]
                                                  for k in range(lanes)]))]
