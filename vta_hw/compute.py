@@ -396,6 +396,8 @@ class Compute(wiring.Component):
             # (is_alu and tensor hold from s + 1 to the finish, the ALU's cycles and the one
             # before them), so the multiplier's inputs are registers
             operand_b = Signal(cfg.acc_elem_bits, reset_less=True)
+            # the result of the iteration the ALU worked on in the cycle before (W's): one of
+            # two result registers (below)
             r_reg = Signal(cfg.acc_elem_bits)
             # the forwarded word: the result being computed (hit_x), else the one being
             # written (hit_w), else the RAM's. MUL's product is not forwarded (below), so no
