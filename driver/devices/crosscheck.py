@@ -18,6 +18,7 @@ STORE that wrote it) or the two cycle counts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -177,14 +178,8 @@ class CrossCheckDevice(Device):
         if p.refused is None:
             # a core that runs past runaway_bound(the simulator's count) is a mismatch now,
             # not a wall-clock timeout later
-            own = self.rtl.cycle_limit
-            if s is not None:
-                bound = runaway_bound(s.cycles)
-                self.rtl.cycle_limit = bound if own is None else min(own, bound)
-            try:
+            with _bounded(self.rtl, None if s is None else s.cycles):
                 r, r_err = _outcome(self.rtl.wait, timeout_s)
-            finally:
-                self.rtl.cycle_limit = own
         else:
             r, r_err = None, p.refused
             n = min(self.sim.dram.size, self.rtl.dram.size)
@@ -240,6 +235,22 @@ def runaway_bound(sim_cycles: int) -> int:
     return 2 * sim_cycles + 1000
 
 
+@contextlib.contextmanager
+def _bounded(dev, sim_cycles: int | None):
+    """``dev``'s ``cycle_limit`` lowered to :func:`runaway_bound` of ``sim_cycles`` for the
+    block, and put back after it (nothing for a device without one, or without a count);
+    yields the limit in force."""
+    own = getattr(dev, "cycle_limit", None)
+    if sim_cycles is not None and hasattr(dev, "cycle_limit"):
+        bound = runaway_bound(sim_cycles)
+        dev.cycle_limit = bound if own is None else min(own, bound)
+    try:
+        yield getattr(dev, "cycle_limit", None)
+    finally:
+        if hasattr(dev, "cycle_limit"):
+            dev.cycle_limit = own
+
+
 def check_images(images: Iterable[RunImage], rtl: Device, *, stop_on_first: bool = False,
                  log: Callable[[str], object] | None = None) -> list[str]:
     """Run each :class:`~vtakit.vta_sim.image.RunImage` on ``sim`` (fresh) and on the RTL device
@@ -258,25 +269,20 @@ def check_images(images: Iterable[RunImage], rtl: Device, *, stop_on_first: bool
     for img in images:
         stats, sim = img.run()
         stream = img.dram[img.insn_addr:img.insn_addr + isa.INSN_BYTES * img.insn_count]
-        limited = hasattr(rtl, "cycle_limit")
-        if limited:
-            own, bound = rtl.cycle_limit, runaway_bound(stats.cycles)
-            rtl.cycle_limit = bound if own is None else min(own, bound)
+        limit = None
         try:
-            ran = run_image(rtl, img)
+            with _bounded(rtl, stats.cycles) as limit:
+                ran = run_image(rtl, img)
         except CycleLimitError as e:
             listing = "\n".join(disassemble(bytes(stream), img.cfg))
             failures.append(f"rtl and sim disagree on {img.description}: sim finished in "
                             f"{stats.cycles} cycles, rtl did not finish within "
-                            f"{rtl.cycle_limit} ({e})\nprogram:\n{listing}")
+                            f"{limit} ({e})\nprogram:\n{listing}")
             if log:
                 log(failures[-1])
             if stop_on_first:
                 break
             continue
-        finally:
-            if limited:
-                rtl.cycle_limit = own
         r, got = ran.result, ran.dram
         try:
             compare_run(img.cfg, stream, sim.dram, got, stats.cycles, r.cycles,
