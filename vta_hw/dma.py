@@ -1,13 +1,16 @@
 """The read DMA shared by the load unit (INP, WGT) and the compute unit (UOP, ACC, ACC_8BIT):
 a 2-D strided transfer from DRAM into an SRAM with zero padding (docs/timing.md §2, §4).
 
-The start cycle ``s`` reads the candidate instruction only to load the request side's
-registers and to finish a block with ``x_size = 0`` at ``s + 1``; from ``s + 1`` (the setup
-cycle) everything reads the unit's instruction register, so no path runs from the start
-cycle's choice of instruction (take, tokens, start) into the receive side.
+The start cycle ``s`` reads the candidate instruction only to register ``x_size - 1``
+(``L >= 2``) or to load the request side's registers (``L = 1``), and to finish a block with
+``x_size = 0`` at ``s + 1``; from ``s + 1`` (the setup cycle) everything reads the unit's
+instruction register, so no path runs from the start cycle's choice of instruction (take,
+tokens, start) into the receive side.
 Request side: rows in order, each row's bus words ``floor(a/W) .. floor((a+n-1)/W)`` cut into
-bursts at multiples of ``M`` beats; the first burst is requested at ``s + 1``
-(``LOAD_SETUP_CYCLES``), from registers loaded at the start cycle ``s``.
+bursts at multiples of ``M`` beats; the first burst is requested at ``s + 2``
+(``LOAD_SETUP_CYCLES``), from registers (:func:`staged_row_requests` plans the walk in the
+setup cycle; with ``L = 1`` :func:`row_requests` loads at ``s`` and holds the request back
+at ``s + 1``).
 Receive side: the beats come back in the same order; each completes elements that are written
 to the target SRAM in the cycle the beat arrives (one element per beat-lane when elements are
 smaller than a beat, one element per ``E/W`` beats otherwise). The transfer finishes at ``F``,
@@ -58,7 +61,7 @@ IDX_BITS = isa.SRAM_ADDR_BITS  # SRAM element indices on the units' ports (sram_
 # and written from s + 2.
 assert PAD_ONLY_SETUP_CYCLES == 2, "ReadDMA starts a padding-only block at s + 2"
 # row_requests asks for the first burst the cycle after the start
-assert LOAD_SETUP_CYCLES == 1, "ReadDMA requests its first burst at s + 1"
+assert LOAD_SETUP_CYCLES == 2, "ReadDMA requests its first burst at s + 2"
 
 #: The member of :class:`ReadDMA` that writes each memory type's buffer.
 _WRITE_MEMBER = {MemType.UOP: "uop", MemType.WGT: "wgt", MemType.INP: "inp",
@@ -188,6 +191,68 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Va
     return req, Cat(Const(0, lw), word), burst
 
 
+def staged_row_requests(m: Module, name: str, cfg: HwConfig, *, setup: Value, active: Value,
+                        a0: Value, rows: Value, stride: Value, rem1,
+                        grant: Value) -> tuple[Value, Value, Value]:
+    """The read DMA's request side with ``L >= 2`` (docs/timing.md §2), every output a register.
+
+    In the ``setup`` cycle the walk is planned from the unit's instruction register: the row
+    whose first byte is ``a0``, ``rows`` rows ``stride`` bytes apart, if ``active``;
+    ``rem1(off)`` gives a row's beats minus one (:meth:`ElemSizes.rem1`). The first burst is
+    requested from the cycle after ``setup`` (``LOAD_SETUP_CYCLES`` = 2 after the start).
+
+    The request (``req``, the burst's word address and its length) and whether the burst ends
+    its row are registers, and so is the next row's byte address: the next values, for a burst
+    that continues its row and for the next row's first, are formed from registers alone, and
+    ``grant`` only selects them. No path runs from the row's length through adders into the
+    memory port or the request registers' enables (the ECP5 clock: a row's beats, the
+    beats granted and the burst's length were one chain of adders into the grant's enables).
+    """
+    W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
+    lw, lm = _log2(W), _log2(M)
+
+    def plan(a: Value) -> tuple[Value, Value, Value, Value]:
+        """A row starting at byte ``a`` (its low ``lw + lm`` bits): the beats after its first
+        burst's first, the beats to the next ``M``-beat boundary, whether the first burst
+        ends the row, and that burst's length."""
+        rem, _ = rem1(a[:lw])
+        room = Signal(range(1, M + 1), name=f"{name}_plan_room")
+        m.d.comb += room.eq(M - a[lw:lw + lm]) if lm else room.eq(1)
+        end = (rem[lm + 1:] == 0) & (rem[:lm + 1] < room)
+        return rem, room, end, Mux(end, rem[:lm + 1] + 1, room)
+
+    q_active = Signal(name=f"{name}_q_active")
+    q_rows = Signal(len(rows), name=f"{name}_q_rows")  # rows left, the current one included
+    q_word = Signal(ADDR_BITS - lw, name=f"{name}_q_word")  # the burst's first bus word
+    n_row = Signal(ADDR_BITS, name=f"{name}_n_row")  # byte address of the next row
+    rem_a, room_a, end_a, burst_a = plan(a0)
+    q_rem = Signal(len(rem_a), name=f"{name}_q_rem")  # beats of the row after the burst's first
+    q_room = Signal(range(1, M + 1), name=f"{name}_q_room")  # beats to the M-beat boundary
+    q_end = Signal(name=f"{name}_q_end")  # the burst is the row's last
+    q_burst = Signal(range(1, M + 1), name=f"{name}_q_burst")
+    took = grant & q_active
+
+    # a granted burst that does not end its row ends at an M-beat boundary
+    c_rem = Signal.like(q_rem, name=f"{name}_c_rem")
+    m.d.comb += c_rem.eq(q_rem - q_room)
+    c_end = c_rem[lm:] == 0
+    c_word = Cat(Const(0, lm), q_word[lm:] + 1) if lm else q_word + 1
+    rem_n, room_n, end_n, burst_n = plan(n_row)
+    with m.If(took & q_end):  # the next row
+        m.d.sync += [q_word.eq(n_row[lw:]), n_row.eq(n_row + stride),
+                     q_rows.eq(q_rows - 1), q_active.eq(q_rows != 1),
+                     q_rem.eq(rem_n), q_room.eq(room_n), q_end.eq(end_n),
+                     q_burst.eq(burst_n)]
+    with m.Elif(took):  # the row's next burst
+        m.d.sync += [q_word.eq(c_word), q_rem.eq(c_rem), q_room.eq(M), q_end.eq(c_end),
+                     q_burst.eq(Mux(c_end, c_rem[:lm] + 1, M))]
+    with m.If(setup):
+        m.d.sync += [q_active.eq(active), q_rows.eq(rows), q_word.eq(a0[lw:]),
+                     n_row.eq(a0 + stride), q_rem.eq(rem_a), q_room.eq(room_a),
+                     q_end.eq(end_a), q_burst.eq(burst_a)]
+    return q_active, Cat(Const(0, lw), q_word), q_burst
+
+
 class ReadDMA(wiring.Component):
     """2-D strided DRAM → SRAM transfer with zero padding for the memory types ``targets``.
 
@@ -285,12 +350,22 @@ class ReadDMA(wiring.Component):
         m.d.sync += setup.eq(self.start & c_x_any)
 
         # ---- request side ----------------------------------------------------------------
-        c_sizes = ElemSizes.build(m, cfg, cur.memory_type, self.targets, cur.x_size[:nb],
-                                  "dma_start")
-        req, addr, beats = row_requests(
-            m, "rq", cfg, load=self.start, active=c_x_any & (cur.y_size != 0),
-            a0=c_sizes.to_bytes(cur.dram_base), rows=cur.y_size[:nb], stride=stride,
-            rem1=sizes.rem1, grant=self.mem.grant, fast_next=staged)
+        # the first burst is requested at s + 2 (LOAD_SETUP_CYCLES)
+        if staged:
+            # planned in the setup cycle from the unit's register, every output a register
+            req, addr, beats = staged_row_requests(
+                m, "rq", cfg, setup=setup, active=y_any, a0=sizes.to_bytes(reg.dram_base),
+                rows=y, stride=stride, rem1=sizes.rem1, grant=self.mem.grant)
+        else:
+            # loaded at the start from the candidate (the request side's registers come
+            # first, the iCE40 preset's logic), held back in the setup cycle
+            c_sizes = ElemSizes.build(m, cfg, cur.memory_type, self.targets, cur.x_size[:nb],
+                                      "dma_start")
+            req, addr, beats = row_requests(
+                m, "rq", cfg, load=self.start, active=c_x_any & (cur.y_size != 0),
+                a0=c_sizes.to_bytes(cur.dram_base), rows=cur.y_size[:nb], stride=stride,
+                rem1=sizes.rem1, grant=self.mem.grant)
+            req = req & ~setup
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- receive side ----------------------------------------------------------------
@@ -407,6 +482,9 @@ class ReadDMA(wiring.Component):
         # follows row 0's data). Within a segment the index steps by 1. Empty segments are
         # skipped when choosing the next one, so a padding element is written every cycle.
         BOT, TOP, MID = 0, 1, 2
+        # staged: where the next MID gap starts (the index after its data row's last element;
+        # set with w_reg's first value, so no adder follows the choice of segment)
+        mid_at = Signal(iw, name="mid_at")
         p_seg = Signal(2)
         p_cnt = Signal(nb)  # elements left in the current partial row or row
         p_rows = Signal(5)  # whole rows left after the current one
@@ -449,10 +527,17 @@ class ReadDMA(wiring.Component):
                 # the gap after a row's data: after the previous gap or the TOP segment (which
                 # ends at row 0), or (no TOP segment) after row 0 at sram_base
                 # (the index after the segment's last element: padding steps by one)
-                skip_from = Mux(at[TOP] | at[MID], w_reg + 1, reg.sram_base)
-                m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
+                if staged:
+                    # (a register: the first gap's start, stepped by a row's pitch at each)
+                    m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(mid_at)]
+                else:
+                    skip_from = Mux(at[TOP] | at[MID], w_reg + 1, reg.sram_base)
+                    m.d.comb += [n_partial.eq(gap), n_rows.eq(0), n_idx.eq(skip_from + x)]
         # r_rows: data rows left (down to 1, the last), then the MID gaps (from y_size down)
         enter_mid = choose & to_mid
+        if staged:
+            with m.If(enter_mid):
+                m.d.sync += mid_at.eq(mid_at + cols)
         rows_dec = (beat & last & (r_rows != 1)) | (enter_mid & at[MID])
         m.d.sync += r_rows.eq(Mux(setup | (enter_mid & ~at[MID]), y, r_rows - rows_dec))
         with m.If(ph == FIN):  # before the assignments below: a start may follow at once
@@ -507,7 +592,7 @@ class ReadDMA(wiring.Component):
             m.d.sync += row0.eq(reg.sram_base + reg.x_pad_0)
             with m.If(setup2):
                 m.d.sync += [w_reg.eq(first), row_end.eq(row0 + top + x),
-                             row_next.eq(row0 + top + cols)]
+                             row_next.eq(row0 + top + cols), mid_at.eq(row0 + top + x)]
         else:
             first = reg.sram_base + (y0 * cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
             with m.If(setup & y_any):

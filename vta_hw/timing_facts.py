@@ -42,10 +42,12 @@ GEMM_PIPELINE_CYCLES = 6
 #: operand (one issue every two cycles, the last at ``s + 2n - 1``).
 ALU_PIPELINE_CYCLES = 5
 #: Cycles between the start of a LOAD that reads DRAM (``x_size > 0``, ``y_size > 0``) and its
-#: first memory-port request: the request comes from the read DMA's registers, not from the
-#: start cycle's choice of instruction (take, tokens, start, request and the port's grant
-#: would otherwise all fall in one cycle, across the core: the ECP5 clock).
-LOAD_SETUP_CYCLES = 1
+#: first memory-port request: the read DMA plans the walk in the cycle after the start, from
+#: the unit's instruction register (a row's beats, the first burst's length, whether it ends
+#: the row), and requests from registers only. Otherwise the start cycle's choice of
+#: instruction, or a row's length through its adders, would run into the request and the
+#: port's grant in one cycle, across the core (the ECP5 clock).
+LOAD_SETUP_CYCLES = 2
 #: Cycles between a STORE's start and its first memory-port request: the OUT buffer is a block
 #: RAM with a registered read port, so the first beat's data exists one cycle after the start.
 STORE_SETUP_CYCLES = 1

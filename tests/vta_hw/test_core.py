@@ -36,12 +36,12 @@ def gemm64(**flags):
 # timing.md §5, default preset (D and E change one queue depth)
 EXAMPLES = {
     "A": ("default", {}, [ld(MemType.INP, 0, 0, 1, 4, pads=(1, 1, 1, 1), push_next=1),
-                          FinishInsn(pop_prev=1)], 93),
+                          FinishInsn(pop_prev=1)], 94),
     "B-gemm": ("default", {}, [gemm64(), FinishInsn()], 36 + 1 + 70 + 1),
     "B-alu": ("default", {}, [AluInsn(uop_bgn=0, uop_end=4, iter_out=2, iter_in=8),
                               FinishInsn()], 36 + 1 + 133 + 1),
     "C": ("default", {}, [ld(MemType.WGT, 0, 0, 1, 8, push_next=1)]
-          + [GemmInsn(uop_bgn=0, uop_end=0)] * 8 + [FinishInsn(pop_prev=1)], 343),
+          + [GemmInsn(uop_bgn=0, uop_end=0)] * 8 + [FinishInsn(pop_prev=1)], 344),
     "D": ("default", {"cmd_queue_depth": 1}, [gemm64()] * 3 + [FinishInsn()], 252),
     "E": ("default", {"dep_queue_depth": 1},
           [ld(MemType.INP, 0, 0, 0, 0, push_next=1)] * 2

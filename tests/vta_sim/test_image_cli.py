@@ -31,7 +31,7 @@ def test_round_trip_and_run(tmp_path):
     image = RunImage.load(path)
     assert image.description == "a padded load" and image.insn_count == 2
     stats, sim = image.run()
-    assert stats.cycles == 93
+    assert stats.cycles == 94
     assert sim.dram.size == 64 << 10
     stats, _ = image.run(timing=False)
     assert stats.cycles == 0
@@ -50,7 +50,7 @@ def test_cli_prints_stats_and_trace(tmp_path):
     trace = tmp_path / "t.json"
     res = CliRunner().invoke(sim_command, [str(path), "--trace", str(trace)])
     assert res.exit_code == 0, res.output
-    assert "a padded load" in res.output and "cycles" in res.output and "93" in res.output
+    assert "a padded load" in res.output and "cycles" in res.output and "94" in res.output
     assert json.loads(trace.read_text())["traceEvents"]
     res = CliRunner().invoke(sim_command, [str(path), "--no-timing"])
     assert res.exit_code == 0 and "timing off" in res.output

@@ -27,13 +27,13 @@ def test_constants_match_the_document():
 
 
 def test_worked_example_a_padded_load():
-    # fetch 4 beats: 0+4+32=36; LOAD taken 37, requested 38, 8 beats -> 78, 14 pad elements
-    # -> 92; FINISH starts at 92 and finishes at 93.
+    # fetch 4 beats: 0+4+32=36; LOAD taken 37, requested 39, 8 beats -> 79, 14 pad elements
+    # -> 93; FINISH starts at 93 and finishes at 94.
     st = run([load(MemType.INP, 0, 4096, 1, 4, pads=(1, 1, 1, 1), push_next=1),
               FinishInsn(pop_prev=1)])
-    assert st.cycles == 93
-    assert st.units["load"].busy_cycles == 92 - 37
-    assert st.units["compute"].stall_cycles == 92 - 38
+    assert st.cycles == 94
+    assert st.units["load"].busy_cycles == 93 - 37
+    assert st.units["compute"].stall_cycles == 93 - 38
 
 
 @pytest.mark.parametrize("x, pads, finish", [
@@ -76,9 +76,9 @@ def test_store():
 
 
 def test_unaligned_uop_load_touches_three_beats():
-    # bytes [4, 20) of a 8-byte bus: 3 beats; requested at 37 + 1: 38 + 3 + 32 = 73;
-    # FINISH 73 -> 74
-    assert run([load(MemType.UOP, 0, 1, 1, 4), FinishInsn()]).cycles == 74
+    # bytes [4, 20) of a 8-byte bus: 3 beats; requested at 37 + 2: 39 + 3 + 32 = 74;
+    # FINISH 74 -> 75
+    assert run([load(MemType.UOP, 0, 1, 1, 4), FinishInsn()]).cycles == 75
 
 
 def test_nop_load_costs_one_cycle():
@@ -93,9 +93,9 @@ def test_fetch_preempts_load():
     prog += [GemmInsn(uop_bgn=0, uop_end=0)] * 8
     prog += [FinishInsn(pop_prev=1)]
     st = run(prog)
-    # load: taken 49, granted 50, fetch asks at 56, cut at 66; fetch 66..69; load resumes at 70
-    # with 240 beats -> port 310, data 342; FINISH 342 -> 343
-    assert st.cycles == 343
+    # load: taken 49, granted 51, fetch asks at 56, cut at 67; fetch 67..70; load resumes at 71
+    # with 240 beats -> port 311, data 343; FINISH 343 -> 344
+    assert st.cycles == 344
 
 
 def test_command_queue_full_stalls_fetch():
