@@ -132,22 +132,18 @@ class ElemSizes:
 
 def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Value,
                  a0: Value, rows: Value, stride: Value, rem1,
-                 grant: Value, fast_next: bool = False) -> tuple[Value, Value, Value]:
-    """Add the request side of a 2-D transfer (docs/timing.md §2) to ``m``.
+                 grant: Value) -> tuple[Value, Value, Value]:
+    """Add the request side of a 2-D transfer (docs/timing.md §2) to ``m``: the compact
+    datapath's (``L = 1``, iCE40 logic cells); :func:`staged_row_requests` is the registered
+    one.
 
     On ``load`` the walk starts at the row whose first byte is ``a0`` (32-bit byte address),
     with ``rows`` rows ``stride`` bytes apart, if ``active``; ``rem1(off)`` gives a row's
-    beats minus one (:meth:`ElemSizes.rem1`). The first burst is requested from the cycle
-    after ``load``, from registers only (docs/timing.md's ``LOAD_SETUP_CYCLES`` and
-    ``STORE_SETUP_CYCLES``: no path runs from a unit's start through the port's grant). Each
-    row's words are cut into bursts at multiples of ``M`` beats; a burst is requested until
-    ``grant``. Returns ``(req, addr, beats)`` for the memory port.
-
-    ``fast_next``: the next row's address and the position after a burst that ends at an
-    ``M``-beat boundary are formed whether or not the burst is granted, and the grant (and
-    whether the burst ends its row) only selects them (clock enables and multiplexers after
-    the adders), so the row's length and the grant do not run through 32-bit adders (the ECP5
-    clock). Otherwise the grant masks the adders' inputs (the iCE40 preset's logic).
+    beats minus one (:meth:`ElemSizes.rem1`). The request is ready from the cycle after
+    ``load``, from registers only (the units hold it back one more cycle: docs/timing.md's
+    ``LOAD_SETUP_CYCLES`` and ``STORE_SETUP_CYCLES``). Each row's words are cut into bursts at
+    multiples of ``M`` beats; a burst is requested until ``grant``, which masks the adders'
+    inputs. Returns ``(req, addr, beats)`` for the memory port.
     """
     W, M = cfg.bus_bytes, cfg.mem_max_burst_beats
     lw, lm = _log2(W), _log2(M)
@@ -172,20 +168,12 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Va
     took = grant & q_active
     next_row = Signal(name=f"{name}_next_row")
     m.d.comb += next_row.eq(took & row_end)
-    if fast_next:
-        # a granted burst that does not end its row is `room` beats long
-        with m.If(next_row):
-            m.d.sync += [q_a.eq(q_a + stride), q_pos.eq(0), q_rows.eq(q_rows - 1),
-                         q_active.eq(q_rows != 1)]
-        with m.Elif(took):
-            m.d.sync += q_pos.eq(q_pos + room)
-    else:
-        m.d.sync += [
-            q_a.eq(q_a + (stride & next_row.replicate(len(stride)))),
-            q_pos.eq(Mux(next_row, 0, q_pos + (burst & took.replicate(len(burst))))),
-            q_rows.eq(q_rows - next_row),
-            q_active.eq(Mux(next_row, q_rows != 1, q_active)),
-        ]
+    m.d.sync += [
+        q_a.eq(q_a + (stride & next_row.replicate(len(stride)))),
+        q_pos.eq(Mux(next_row, 0, q_pos + (burst & took.replicate(len(burst))))),
+        q_rows.eq(q_rows - next_row),
+        q_active.eq(Mux(next_row, q_rows != 1, q_active)),
+    ]
     with m.If(load):
         m.d.sync += [q_active.eq(active), q_a.eq(a0), q_rows.eq(rows), q_pos.eq(0)]
     return req, Cat(Const(0, lw), word), burst

@@ -20,7 +20,14 @@ from amaranth.lib.wiring import In, Out
 from vtakit.vta_hw.alu import compact_datapath
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.control import command_member, unit_control
-from vtakit.vta_hw.dma import ADDR_BITS, IDX_BITS, ElemSizes, lanes_of, row_requests
+from vtakit.vta_hw.dma import (
+    ADDR_BITS,
+    IDX_BITS,
+    ElemSizes,
+    lanes_of,
+    row_requests,
+    staged_row_requests,
+)
 from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
 from vtakit.vta_hw.isa import MemType
 from vtakit.vta_hw.layouts import insn_layouts
@@ -28,9 +35,9 @@ from vtakit.vta_hw.timing_facts import NOP_CYCLES, STORE_SETUP_CYCLES, TOKEN_POP
 
 __all__ = ["Store"]
 
-# The request path below (row_requests) asks for the first burst the cycle after the start, as
-# the OUT buffer's read is registered; empty STOREs finish the cycle after the start.
-assert STORE_SETUP_CYCLES == 1, "Store requests its first burst at s + 1"
+# The request path below asks for the first burst two cycles after the start (planned in the
+# cycle after it); empty STOREs finish the cycle after the start.
+assert STORE_SETUP_CYCLES == 2, "Store requests its first burst at s + 2"
 assert NOP_CYCLES == 1, "Store finishes an empty STORE at s + 1"
 
 
@@ -102,10 +109,10 @@ class Store(wiring.Component):
         c_sizes = sizes  # the candidate's, for what the start cycle loads
         # On the registered datapath's cores (the ECP5 clock) what runs after the start reads
         # the unit's register, not the candidate (its multiplexer follows the start decision),
-        # x_size - 1 is registered at the start, and the request side forms the next row's
-        # address before the grant selects it (row_requests' fast_next): no path runs from the
-        # unit's state through the candidate, a row's length and the grant into 32-bit
-        # adders. The compact datapath's cores (iCE40 logic cells) keep the shorter logic.
+        # x_size - 1 is registered at the start, and the request side is planned in the
+        # cycle after it (staged_row_requests): no path runs from the unit's state through the
+        # candidate, a row's length and the grant into the port. The compact datapath's cores
+        # (iCE40 logic cells) keep the shorter logic.
         staged = not compact_datapath(cfg)
         run = data.View(lay, ctl.insn) if staged else cur
         if staged:
@@ -116,11 +123,23 @@ class Store(wiring.Component):
         stride = Signal(ADDR_BITS)
         m.d.comb += stride.eq(sizes.to_bytes(run.x_stride))
 
-        # ---- request side (from s + 1) -------------------------------------------------------
-        req, addr, beats = row_requests(
-            m, "sq", cfg, load=ctl.start, active=x_any & y_any,
-            a0=c_sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
-            grant=self.mem.grant, fast_next=staged)
+        # ---- request side (from s + 2) -------------------------------------------------------
+        # setup: the cycle after the start of a block with data
+        setup = Signal(name="store_setup")
+        m.d.sync += setup.eq(ctl.start & x_any & y_any)
+        if staged:
+            # planned in the setup cycle from the unit's register, every output a register
+            req, addr, beats = staged_row_requests(
+                m, "sq", cfg, setup=setup, active=1, a0=sizes.to_bytes(run.dram_base),
+                rows=run.y_size[:iw + 1], stride=stride, rem1=sizes.rem1,
+                grant=self.mem.grant)
+        else:
+            # loaded at the start, held back in the setup cycle
+            req, addr, beats = row_requests(
+                m, "sq", cfg, load=ctl.start, active=x_any & y_any,
+                a0=c_sizes.to_bytes(cur.dram_base), rows=y, stride=stride, rem1=sizes.rem1,
+                grant=self.mem.grant)
+            req = req & ~setup
         m.d.comb += [self.mem.req.eq(req), self.mem.addr.eq(addr), self.mem.beats.eq(beats)]
 
         # ---- beat pointer: registers describe the beat sent next -----------------------------

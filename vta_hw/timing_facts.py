@@ -48,9 +48,11 @@ ALU_PIPELINE_CYCLES = 5
 #: instruction, or a row's length through its adders, would run into the request and the
 #: port's grant in one cycle, across the core (the ECP5 clock).
 LOAD_SETUP_CYCLES = 2
-#: Cycles between a STORE's start and its first memory-port request: the OUT buffer is a block
-#: RAM with a registered read port, so the first beat's data exists one cycle after the start.
-STORE_SETUP_CYCLES = 1
+#: Cycles between a STORE's start (``x_size > 0``, ``y_size > 0``) and its first memory-port
+#: request: as a LOAD's, the walk is planned in the cycle after the start from the unit's
+#: instruction register, and the request comes from registers only (the OUT buffer's
+#: registered read has the first beat's data from the cycle after the start).
+STORE_SETUP_CYCLES = 2
 #: Duration of an instruction with nothing to do: FINISH, LOAD/STORE with ``x_size = 0``, GEMM
 #: or ALU with ``n = 0``, STORE with ``y_size = 0``.
 NOP_CYCLES = 1

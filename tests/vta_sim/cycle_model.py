@@ -148,8 +148,7 @@ def start(s: dict, u: str, insn: dict, c: int, cfg: HwConfig, requests: dict) ->
         s["xfer"] = Xfer(bursts_of(rows_, cfg.bus_bytes, cfg.mem_max_burst_beats),
                          op == Opcode.STORE)
         s["pad"] = pad
-        # docs/timing.md §4: a LOAD requests the port at s + 2, a STORE at s + 1
-        s["req_at"] = c + (1 if op == Opcode.STORE else 2)
+        s["req_at"] = c + 2  # docs/timing.md §4: a LOAD or STORE requests the port at s + 2
         return
     if op in (Opcode.GEMM, Opcode.ALU):
         nu = max(0, insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"]

@@ -68,10 +68,10 @@ def test_compute_durations(insn, cycles):
 
 
 def test_store():
-    # 2 rows x 4 OUT elements x 16 B = 2 x 8 beats; requested at 37 + 1, write: 38 + 16 = 54;
-    # FINISH 54 -> 55
+    # 2 rows x 4 OUT elements x 16 B = 2 x 8 beats; requested at 37 + 2, write: 39 + 16 = 55;
+    # FINISH 55 -> 56
     st = run([store(0, 4096, 2, 4, 8, push_prev=1), FinishInsn(pop_next=1)])
-    assert st.cycles == 55
+    assert st.cycles == 56
     assert st.dram_write_bytes == 128
 
 
