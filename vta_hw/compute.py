@@ -417,16 +417,10 @@ class Compute(wiring.Component):
             for k in range(lanes):
                 m.d.sync += ctl[k].eq(ctl_now)
                 m.d.comb += alu.control[k].eq(ctl[k])
-            # The ACC block RAM's word comes late in the cycle (the block's clock-to-output
-            # and the route from it): it meets one multiplexer, the last before each operand
-            # register, selected by use_ram (no result forwarded and no write of the cycle
-            # before). fwd_other is the forwarded word otherwise (`keep`: synthesis maps it
-            # apart, so the multiplexers after it meet one LUT each instead of a wide tree).
-            use_ram = Signal()
-            m.d.comb += use_ram.eq(~hit_x & ~hit_w & ~lw_hit)
+            # (`keep`: synthesis maps the rest apart, so the chain's multiplexer below meets
+            # one LUT instead of a wide multiplexer tree)
             fwd_other = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
-            m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, lw_v)))
-            ram_raw = self.acc_r_data[0]
+            m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, ram_word)))
             is_mul = ctl[0].mul
             # An immediate MUL's word that the iteration in the ALU (X) is about to write
             # (mul_hit): its value is X's product a * imm, which is not forwarded. The word
@@ -446,8 +440,7 @@ class Compute(wiring.Component):
             fwd = Signal(cfg.acc_elem_bits)
             for k in range(lanes):
                 w = slice(32 * k, 32 * (k + 1))
-                m.d.comb += fwd[w].eq(Mux(use_ram, ram_raw[w],
-                                          Mux(hit_x & ctl[k].mul, mul_a[w], fwd_other[w])))
+                m.d.comb += fwd[w].eq(Mux(hit_x & ctl[k].mul, mul_a[w], fwd_other[w]))
             # operand_b takes no product: a tensor MUL's source word that the iteration in the
             # ALU is about to write (its issues are two cycles apart, so the ALU reads the
             # source two cycles after it arrives) is patched from the result register in the
@@ -456,10 +449,8 @@ class Compute(wiring.Component):
             m.d.sync += patch_b.eq(d_src & hit_x & is_mul)
             imm_b = Mux(mul_hit, Cat(*[imm_sq for _ in range(lanes)]), imm_vec)
             b_next = Signal(cfg.acc_elem_bits)
-            b_src = tensor & ~patch_b  # a tensor ALU's source word, as it arrives
-            b_misc = Mux(patch_b, r_reg, Mux(is_alu, imm_b, gemm.sums))
-            m.d.comb += b_next.eq(Mux(b_src & use_ram, ram_raw,
-                                      Mux(b_src, fwd_other, b_misc)))
+            m.d.comb += b_next.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
+                                                          Mux(is_alu, imm_b, gemm.sums))))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a)]
             # MUL's product and every other result in registers of their own, selected after
             # them by the operation (which holds past the instruction's last write)
