@@ -60,7 +60,7 @@ IDX_BITS = isa.SRAM_ADDR_BITS  # SRAM element indices on the units' ports (sram_
 # The padding of a block without data rows is chosen in the setup cycle s + 1 (from_start below)
 # and written from s + 2.
 assert PAD_ONLY_SETUP_CYCLES == 2, "ReadDMA starts a padding-only block at s + 2"
-# row_requests asks for the first burst the cycle after the start
+# the request side asks for the first burst two cycles after the start
 assert LOAD_SETUP_CYCLES == 2, "ReadDMA requests its first burst at s + 2"
 
 #: The member of :class:`ReadDMA` that writes each memory type's buffer.
@@ -182,12 +182,14 @@ def row_requests(m: Module, name: str, cfg: HwConfig, *, load: Value, active: Va
 def staged_row_requests(m: Module, name: str, cfg: HwConfig, *, setup: Value, active: Value,
                         a0: Value, rows: Value, stride: Value, rem1,
                         grant: Value) -> tuple[Value, Value, Value]:
-    """The read DMA's request side with ``L >= 2`` (docs/timing.md §2), every output a register.
+    """The registered datapath's request side (the read DMA with ``L >= 2``, the store;
+    docs/timing.md §2), every output a register.
 
     In the ``setup`` cycle the walk is planned from the unit's instruction register: the row
     whose first byte is ``a0``, ``rows`` rows ``stride`` bytes apart, if ``active``;
     ``rem1(off)`` gives a row's beats minus one (:meth:`ElemSizes.rem1`). The first burst is
-    requested from the cycle after ``setup`` (``LOAD_SETUP_CYCLES`` = 2 after the start).
+    requested from the cycle after ``setup`` (``LOAD_SETUP_CYCLES`` and ``STORE_SETUP_CYCLES``:
+    2 after the start).
 
     The request (``req``, the burst's word address and its length) and whether the burst ends
     its row are registers, and so is the next row's byte address: the next values, for a burst
@@ -578,9 +580,11 @@ class ReadDMA(wiring.Component):
             # the first row's element x_pad_0, less the top rows (from s + 1)
             row0 = Signal(iw)
             m.d.sync += row0.eq(reg.sram_base + reg.x_pad_0)
+            end0 = Signal(iw)  # the index after the first data row's last element
+            m.d.comb += end0.eq(row0 + top + x)
             with m.If(setup2):
-                m.d.sync += [w_reg.eq(first), row_end.eq(row0 + top + x),
-                             row_next.eq(row0 + top + cols), mid_at.eq(row0 + top + x)]
+                m.d.sync += [w_reg.eq(first), row_end.eq(end0),
+                             row_next.eq(row0 + top + cols), mid_at.eq(end0)]
         else:
             first = reg.sram_base + (y0 * cols[:iw])[:iw] + (reg.x_pad_0 - lane0)
             with m.If(setup & y_any):
