@@ -345,11 +345,9 @@ class Compute(wiring.Component):
             m.d.comb += rd_a.eq(Mux(t3, q3_a, Mux(t2 & tensor, q2_a,
                                                   Mux(tensor, p1_s, p1_a))))
         m.d.comb += self.acc_r_addr.eq(rd_a)
-        lw_hit = Signal()
+        # the write of the cycle before, for a word read in it
         lw_v = Signal(cfg.acc_elem_bits)
-        m.d.sync += [lw_hit.eq(wr_en & (wr_a == rd_a)), lw_v.eq(wr_v)]
-        ram_word = Signal(cfg.acc_elem_bits)
-        m.d.comb += ram_word.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
+        m.d.sync += lw_v.eq(wr_v)
 
         # the lanes' adders, shifters and multipliers are the ALU's; GEMM accumulates with ADD
         gemm = m.submodules.gemm = GemmCore(cfg, self.dsp_products,
@@ -372,6 +370,10 @@ class Compute(wiring.Component):
             src_v = Signal(cfg.acc_elem_bits)  # a tensor ALU's source word
             p2, t3, t3_a = Signal(), Signal(), Signal(lay_a)
             m.d.sync += [p2.eq(p1 & ~tensor), t3.eq(t2), t3_a.eq(q2_a)]
+            lw_hit = Signal()  # the word read hit that write
+            m.d.sync += lw_hit.eq(wr_en & (wr_a == rd_a))
+            ram_word = Signal(cfg.acc_elem_bits)
+            m.d.comb += ram_word.eq(Mux(lw_hit, lw_v, self.acc_r_data[0]))
             # the source arrives at t+2 and is held for the ALU at t+3 (writes land at odd
             # offsets from an issue, t+3, t+1, ..., so none is missed)
             with m.If(t2):
@@ -402,8 +404,25 @@ class Compute(wiring.Component):
             # the forwarded word: the result being computed (hit_x), else the one being
             # written (hit_w), else the RAM's. MUL's product is not forwarded (below), so no
             # path runs from the multiplier blocks back into the operand registers.
+            # The comparisons are made in the read's cycle, a cycle before the word arrives
+            # (the word's row is rd_a then, X's is d_a, W's x_a), and registered: the block
+            # RAM's word comes late in its cycle (the ECP5 block's clock-to-output and the
+            # route from it) and meets only flip-flop-selected multiplexers. In each lane the
+            # word meets one, the last before the operand register, selected by a register
+            # of the lane's own (ram_a, ram_b: no forwarding and no write of the cycle before,
+            # for operand_b a tensor ALU's source word too), so no select fans out to every
+            # operand bit and no comparator precedes the word's multiplexer.
             hit_x, hit_w = Signal(), Signal()
-            m.d.comb += [hit_x.eq(x_v & (x_a == d_a)), hit_w.eq(w_v & (w_a == d_a))]
+            hit_x_n, hit_w_n, hit_l_n = Signal(), Signal(), Signal()
+            m.d.comb += [hit_x_n.eq(d_op & (d_a == rd_a)), hit_w_n.eq(x_v & (x_a == rd_a)),
+                         hit_l_n.eq(w_v & (w_a == rd_a))]
+            m.d.sync += [hit_x.eq(hit_x_n), hit_w.eq(hit_w_n)]
+            no_hit_n = ~hit_x_n & ~hit_w_n & ~hit_l_n
+            ram_a = [Signal(name=f"ram_a{k}{REPLICA_SUFFIX}") for k in range(lanes)]
+            ram_b = [Signal(name=f"ram_b{k}{REPLICA_SUFFIX}") for k in range(lanes)]
+            for k in range(lanes):
+                m.d.sync += [ram_a[k].eq(no_hit_n), ram_b[k].eq(no_hit_n & p1 & tensor)]
+            ram_raw = self.acc_r_data[0]
             # The ALU's operation, decoded into a register of each lane's own (ALU_CONTROL):
             # no decoding on the ALU's paths, and no one net to all the lanes' adders and
             # multiplexers, which lie across the die along the ALU's multiplier blocks (the
@@ -419,8 +438,10 @@ class Compute(wiring.Component):
                 m.d.comb += alu.control[k].eq(ctl[k])
             # (`keep`: synthesis maps the rest apart, so the chain's multiplexer below meets
             # one LUT instead of a wide multiplexer tree)
+            # (the forwarded word where some forwarding or the last write applies: lw_v when
+            # neither hit)
             fwd_other = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
-            m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, ram_word)))
+            m.d.comb += fwd_other.eq(Mux(hit_x, alu.other, Mux(hit_w, r_reg, lw_v)))
             is_mul = ctl[0].mul
             # An immediate MUL's word that the iteration in the ALU (X) is about to write
             # (mul_hit): its value is X's product a * imm, which is not forwarded. The word
@@ -437,10 +458,12 @@ class Compute(wiring.Component):
             m.d.sync += imm_sq.eq(a_run.imm * a_run.imm)
             mul_a = Signal(cfg.acc_elem_bits)
             m.d.comb += mul_a.eq(Mux(x_chain, r_reg, operand))
+            fwd_alt = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
             fwd = Signal(cfg.acc_elem_bits)
             for k in range(lanes):
                 w = slice(32 * k, 32 * (k + 1))
-                m.d.comb += fwd[w].eq(Mux(hit_x & ctl[k].mul, mul_a[w], fwd_other[w]))
+                m.d.comb += [fwd_alt[w].eq(Mux(hit_x & ctl[k].mul, mul_a[w], fwd_other[w])),
+                             fwd[w].eq(Mux(ram_a[k], ram_raw[w], fwd_alt[w]))]
             # operand_b takes no product: a tensor MUL's source word that the iteration in the
             # ALU is about to write (its issues are two cycles apart, so the ALU reads the
             # source two cycles after it arrives) is patched from the result register in the
@@ -448,9 +471,13 @@ class Compute(wiring.Component):
             patch_b = Signal()
             m.d.sync += patch_b.eq(d_src & hit_x & is_mul)
             imm_b = Mux(mul_hit, Cat(*[imm_sq for _ in range(lanes)]), imm_vec)
+            b_alt = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
+            m.d.comb += b_alt.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
+                                                         Mux(is_alu, imm_b, gemm.sums))))
             b_next = Signal(cfg.acc_elem_bits)
-            m.d.comb += b_next.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
-                                                          Mux(is_alu, imm_b, gemm.sums))))
+            for k in range(lanes):
+                w = slice(32 * k, 32 * (k + 1))
+                m.d.comb += b_next[w].eq(Mux(ram_b[k], ram_raw[w], b_alt[w]))
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a)]
             # MUL's product and every other result in registers of their own, selected after
             # them by the operation (which holds past the instruction's last write)

@@ -270,3 +270,33 @@ def test_store_in_the_gemm_finish_cycle_reads_its_last_write(cfg_name):
     prog = _gemm_then_store_program(cfg, len(uops))
     rtl, sim = compare(cfg, dram, prog, insn_addr=48)
     assert rtl == sim
+
+
+@pytest.mark.parametrize("cfg_name", ["ice40", "ecp5", "default"])
+def test_stores_queued_back_to_back(cfg_name):
+    """STOREs queued behind one another in the store's command queue, each of another shape
+    (rows, row length, stride, SRAM row; one with no rows): each plans its bursts from its
+    own instruction while the next waits at the queue's head, and the next is taken in the
+    first one's finish cycle."""
+    cfg = preset(cfg_name)
+    eo, ea = cfg.elem_bytes(MemType.OUT), cfg.elem_bytes(MemType.ACC)
+    rng = np.random.default_rng(5)
+    dram = rng.integers(0, 256, 1 << 15).astype(np.uint8)
+    dram[24576:] = 0
+    dram[4096:4096 + 4] = isa.encode_uops(np.array([[0, 0, 0]]), cfg).view(np.uint8)
+    out = 24576 // eo
+    prog = [ld(MemType.UOP, 0, 4096 // 4, 1, 1),
+            ld(MemType.ACC, 0, 8192 // ea, 1, 12),
+            # ACC rows 0..11 (+1) into OUT, one micro-op over twelve rows
+            AluInsn(uop_bgn=0, uop_end=1, iter_out=12, iter_in=1, dst_factor_out=1,
+                    src_factor_out=1, alu_opcode=AluOp.ADD, use_imm=1, imm=1, push_next=1),
+            st(0, out, 3, 2, stride=5, pop_prev=1),
+            st(7, out + 40, 1, 4),
+            st(2, out + 60, 2, 3, stride=3),
+            st(11, out + 90, 1, 1),
+            st(4, out + 100, 4, 1, stride=2),
+            st(0, out + 120, 0, 3),  # no rows: finishes at s + 1
+            st(1, out + 130, 2, 5, stride=7, push_prev=1),
+            FinishInsn(pop_next=1)]
+    rtl, sim = compare(cfg, dram, prog, insn_addr=48)
+    assert rtl == sim
