@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from amaranth.hdl import (
+    Array,
     Cat,
     ClockDomain,
     ClockSignal,
@@ -48,8 +49,11 @@ from vtakit.vta_hw.csr import CsrBlock
 from vtakit.vta_hw.top import Core
 
 __all__ = ["Ram", "BurstMemory", "Soc", "BoardTop", "BridgeFactory", "SPRAM_WORDS",
-           "SPRAM_BLOCKS", "HOST_WORD_BITS"]
+           "SPRAM_BLOCKS", "HOST_WORD_BITS", "BRAM_BANK_WORDS"]
 
+#: :class:`BurstMemory`'s default RAM banks: the ECP5 DP16KD's deepest configuration with a
+#: bus word's bits in whole blocks (8,192 x 2), the one yosys maps a 64-bit memory to
+BRAM_BANK_WORDS = 8192
 #: 16-bit words of one iCE40 ``SB_SPRAM256KA``, and how many a UP5K has
 SPRAM_WORDS = 16384
 SPRAM_BLOCKS = 4
@@ -93,10 +97,16 @@ class Ram(wiring.Component):
         elaborated for a platform, the same behaviour as ``"bram"`` in simulation.
     init : Sequence[int]
         Initial words (simulation and ``bram``; SPRAMs start undefined).
+    bank_words : int or None
+        ``bram`` only: the RAM in banks of this many words (a power of two), each bank's read
+        word registered beside its block RAMs and the word selected from those registers, so
+        no path runs from a block RAM's output (slow: the ECP5 block's clock-to-output is
+        about 5.6 ns) across the die; ``r_data`` then holds the word two cycles after the
+        read (:attr:`read_latency`). ``None``: one cycle, the block RAMs' outputs as they are.
     """
 
     def __init__(self, width_bits: int, depth: int, kind: str = "bram",
-                 init: Sequence[int] = ()):
+                 init: Sequence[int] = (), bank_words: int | None = None):
         _positive_int("Ram", "width_bits", width_bits)
         _positive_int("Ram", "depth", depth)
         if width_bits % 8:
@@ -115,7 +125,15 @@ class Ram(wiring.Component):
                                  f"{SPRAM_BLOCKS * SPRAM_WORDS * 16 // width_bits} words)")
         if len(init) > depth:
             raise ValueError(f"Ram: {len(init)} initial words for a depth of {depth}")
+        if bank_words is not None:
+            _positive_int("Ram", "bank_words", bank_words)
+            if bank_words & (bank_words - 1) or kind != "bram":
+                raise ValueError(f"Ram: bank_words={bank_words} for a {kind!r} RAM (expected "
+                                 f"a power of two, and kind 'bram')")
         self.width_bits, self.depth, self.kind, self.init = width_bits, depth, kind, list(init)
+        self.bank_words = bank_words
+        #: cycles from a read to its word on ``r_data``
+        self.read_latency = 1 if bank_words is None else 2
         super().__init__({
             "addr": In(range(depth)), "w_en": In(width_bits // 8), "w_data": In(width_bits),
             "r_en": In(1), "r_data": Out(width_bits),
@@ -125,16 +143,42 @@ class Ram(wiring.Component):
         if self.kind == "spram" and platform is not None:
             return self._spram()
         m = Module()
+        read = self.r_en & (self.w_en == 0)
+        if self.bank_words is None:
+            self._bank(m, "mem", self.depth, self.init, self.w_en, read, self.r_data)
+            return m
+        # banks: every bank reads at each read (the select picks the word), the select
+        # registered with the read, then delayed a cycle with the banks' registered words
+        bw = _log2(self.bank_words)
+        n = -(-self.depth // self.bank_words)
+        which = Signal(range(max(n, 2)))
+        sel, sel_q = Signal.like(which), Signal.like(which)
+        if n > 1:
+            m.d.comb += which.eq(self.addr[bw:])
+        m.d.sync += [sel.eq(which), sel_q.eq(sel)]
+        words = []
+        for b in range(n):
+            lo = b * self.bank_words
+            size = min(self.bank_words, self.depth - lo)
+            out = Signal(self.width_bits, name=f"bank{b}_r_data")
+            self._bank(m, f"bank{b}", size, self.init[lo:lo + size],
+                       Mux(which == b, self.w_en, 0), read, out)
+            q = Signal(self.width_bits, name=f"bank{b}_r_word", reset_less=True)
+            m.d.sync += q.eq(out)
+            words.append(q)
+        m.d.comb += self.r_data.eq(Array(words)[sel_q] if n > 1 else words[0])
+        return m
+
+    def _bank(self, m, name, depth, init, w_en, read, r_data) -> None:
         # a read never coincides with a write (r_en is gated off), so read-during-write
         # behaviour does not matter: no_rw_check spares yosys the read-first logic
-        mem = m.submodules.mem = memory.Memory(shape=self.width_bits, depth=self.depth,
-                                               init=self.init, attrs={"no_rw_check": 1})
+        mem = m.submodules[name] = memory.Memory(shape=self.width_bits, depth=depth, init=init,
+                                                 attrs={"no_rw_check": 1})
         w = mem.write_port(granularity=8)
         r = mem.read_port()
-        m.d.comb += [w.addr.eq(self.addr), w.en.eq(self.w_en), w.data.eq(self.w_data),
-                     r.addr.eq(self.addr), r.en.eq(self.r_en & (self.w_en == 0)),
-                     self.r_data.eq(r.data)]
-        return m
+        addr = self.addr[:max(1, (depth - 1).bit_length())]
+        m.d.comb += [w.addr.eq(addr), w.en.eq(w_en), w.data.eq(self.w_data), r.addr.eq(addr),
+                     r.en.eq(read), r_data.eq(r.data)]
 
     def _spram(self) -> Module:
         m = Module()
@@ -203,10 +247,16 @@ class BurstMemory(wiring.Component):
         Initial bus words (simulation, ``bram``).
     host_stage : bool or None
         Register the host's request before the RAM (above); ``None``: for ``bram`` only.
+    bank_words : int or None
+        With ``host_stage`` on a ``bram`` memory and a read latency of at least 3 (the word
+        goes into flip-flops after the RAM anyway), :class:`Ram`'s banks of this many words:
+        each block RAM's word registered beside it, the same cycles outside. ``None``: the
+        RAM's one-cycle word, registered after the block RAMs' multiplexer.
     """
 
     def __init__(self, cfg: HwConfig, size_bytes: int, kind: str = "bram",
-                 init: Sequence[int] = (), host_stage: bool | None = None):
+                 init: Sequence[int] = (), host_stage: bool | None = None,
+                 bank_words: int | None = BRAM_BANK_WORDS):
         if not isinstance(cfg, HwConfig):
             raise TypeError(f"BurstMemory: cfg must be an HwConfig, got {type(cfg).__name__}")
         self.cfg = cfg.validate()
@@ -221,7 +271,10 @@ class BurstMemory(wiring.Component):
         self.size_bytes = size_bytes
         self.host_stage = kind == "bram" if host_stage is None else bool(host_stage)
         self.words = size_bytes // cfg.bus_bytes
-        self.ram = Ram(cfg.bus_width_bits, self.words, kind, init)
+        banked = (bank_words is not None and self.host_stage and kind == "bram"
+                  and cfg.mem_read_latency_cycles >= 3)
+        self.ram = Ram(cfg.bus_width_bits, self.words, kind, init,
+                       bank_words if banked else None)
         mb, bus = cfg.mem_max_burst_beats, cfg.bus_width_bits
         super().__init__({
             "rd_valid": In(1), "rd_addr": In(32), "rd_beats": In(range(1, mb + 1)),
@@ -300,9 +353,14 @@ class BurstMemory(wiring.Component):
                        ram.w_en.eq(Mux(core["wr_data_valid"], core["wr_strb"], 0)),
                        ram.w_data.eq(core["wr_data"]), ram.r_en.eq(rd_beat)]
         # the RAM's word a cycle later, in flip-flops: the staged host port's read word and,
-        # where the delay line is a ring of block RAM (below), the ring's input
+        # where the delay line is a ring of block RAM (below), the ring's input. A banked RAM
+        # gives it so (its banks' registers, then their select), the others through a
+        # register here
         r_word = Signal.like(ram.r_data)
-        if self.host_stage or L - 1 > 3:
+        banked = ram.read_latency == 2
+        if banked:
+            m.d.comb += r_word.eq(ram.r_data)
+        elif self.host_stage or L - 1 > 3:
             m.d.sync += r_word.eq(ram.r_data)
         if self.host_stage:
             self._host_staged(m, ram, ready, lane, lanes, word, aw, host_strb, core_to_ram,
@@ -333,8 +391,8 @@ class BurstMemory(wiring.Component):
         m.d.comb += self.rd_data_valid.eq(valid_line[-1])
         delay = L - 1
         if delay <= 3:
-            stage = ram.r_data
-            for k in range(delay):
+            stage = r_word if banked else ram.r_data
+            for k in range(delay - banked):
                 q = Signal.like(ram.r_data, name=f"rd_data_{k}")
                 m.d.sync += q.eq(stage)
                 stage = q

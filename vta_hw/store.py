@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.alu import compact_datapath
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.control import command_member, unit_control
+from vtakit.vta_hw.control import WAIT, command_member, unit_control
 from vtakit.vta_hw.dma import (
     ADDR_BITS,
     IDX_BITS,
@@ -185,10 +185,32 @@ class Store(wiring.Component):
         # RAM's output is the current row in the cycle after a start or a send, the held one
         # otherwise. So the read index does not wait for the port's grant of this cycle (the
         # port arbitrates every unit's request in the cycle it grants: the ECP5 clock).
+        XFER, FIN = 1, 2  # the phases (below)
+        ph = Signal(2)
         a0_off = c_sizes.to_bytes(cur.dram_base, lw)
         first = Signal(iw)
         m.d.comb += first.eq(cur.sram_base - lane0(a0_off))
-        m.d.comb += self.out_r_addr.eq(Mux(ctl.start, first, n_widx))
+        if staged:
+            # Selected by registers only, so the read index does not wait for the start
+            # decision (the unit's state, the queue's head, the tokens: the ECP5 clock). Out of
+            # the transfer phase the RAM reads the first row of the instruction a start would
+            # take: the waiting one's (state WAIT) or else the queue head's (a start from IDLE
+            # or at a finish takes it); a read no start follows is not used (``fresh``). In
+            # the transfer phase no start comes (the unit is busy), so it reads ``n_widx``.
+            # (with a one-entry queue the candidate is the unit's register)
+            def first_of(insn):
+                ins = data.View(lay, insn)
+                return ins.sram_base - lane0(c_sizes.to_bytes(ins.dram_base, lw))
+
+            first_pick = Signal(iw, name="store_first_row")
+            if "w_en" in self.cmd.signature.members:
+                m.d.comb += first_pick.eq(first_of(ctl.insn))
+            else:
+                m.d.comb += first_pick.eq(Mux(ctl.state == WAIT, first_of(ctl.insn),
+                                              first_of(self.cmd.data)))
+            m.d.comb += self.out_r_addr.eq(Mux(ph == XFER, n_widx, first_pick))
+        else:
+            m.d.comb += self.out_r_addr.eq(Mux(ctl.start, first, n_widx))
         fresh = Signal()  # the RAM's output is the current beat's row
         m.d.sync += fresh.eq(ctl.start | send)
         held = Signal.like(self.out_r_data)
@@ -211,8 +233,6 @@ class Store(wiring.Component):
             m.d.comb += [self.mem.wr_data.eq(Cat(*lanes)), self.mem.wr_strb.eq(Cat(*strb))]
 
         # ---- phases ---------------------------------------------------------------------------
-        XFER, FIN = 1, 2
-        ph = Signal(2)
         ph_next = Signal(2)  # assigned below, last assignment wins
         m.d.comb += [ph_next.eq(ph), fin.eq(ph == FIN), fin_next.eq(ph_next == FIN)]
         m.d.sync += ph.eq(ph_next)

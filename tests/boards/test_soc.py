@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator as AmSim
 
 from vtakit.boards.bridge import bridge_ports
-from vtakit.boards.soc import BurstMemory, Ram, Soc
+from vtakit.boards.soc import BRAM_BANK_WORDS, BurstMemory, Ram, Soc
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import preset
 from vtakit.vta_hw.csr import CTRL_DONE, CTRL_FAULT, CTRL_RESET, CTRL_START, CsrAddr
@@ -20,7 +20,7 @@ from vtakit.vta_hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemInsn, Mem
 from vtakit.vta_sim import Simulator
 
 ICE40 = preset("ice40")
-# (name, config): the ice40 preset (32-bit bus, L = 8, M = 8), the shortest latencies (no delay
+# (name, config): the ice40 preset (32-bit bus, L = 1, M = 4), the shortest latencies (no delay
 # line, one register, the smallest ring) and a 64-bit bus with two host lanes (L = 32, M = 16)
 CONFIGS = {
     "ice40": ICE40,
@@ -49,18 +49,27 @@ def _bursts(cfg, rng, n: int, words: int):
     return out
 
 
+# RAM banks: the default (one bank of a 256-word memory), banks of 16 words (the last one
+# shorter: 248 words), none
+BANKS = {"one-bank": (BRAM_BANK_WORDS, 256), "banks": (16, 248), "unbanked": (None, 256)}
+
+
+@pytest.mark.parametrize("banks", list(BANKS))
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_burst_timing_matches_the_bench(name):
+def test_burst_timing_matches_the_bench(name, banks):
     """Back-to-back and spaced bursts of every length: read beat i of a burst requested at g
     arrives exactly at g + L + i (rd_data_valid high then and only then) with the word as of
     its beat, write beat i lands at g + i with its byte strobes; the memory afterwards equals
-    the byte-level model's."""
+    the byte-level model's. With a RAM in banks or without."""
     cfg = CONFIGS[name]
     W, L = cfg.bus_bytes, cfg.mem_read_latency_cycles
-    words = 256
+    bank_words, words = BANKS[banks]
+    words -= words % cfg.mem_max_burst_beats
     rng = np.random.default_rng(7)
     init = [int.from_bytes(rng.bytes(W), "little") for _ in range(words)]
-    dut = BurstMemory(cfg, words * W, "bram", init)
+    dut = BurstMemory(cfg, words * W, "bram", init, bank_words=bank_words)
+    # banks where the word is registered after the RAM anyway (a read latency of 3 or more)
+    assert dut.ram.read_latency == (2 if bank_words and L >= 3 else 1)
     model = bytearray(b"".join(v.to_bytes(W, "little") for v in init))
     bursts = _bursts(cfg, rng, 60, words)
     expected: dict[int, int] = {}   # cycle -> read word due then
@@ -142,17 +151,20 @@ async def _host_read(ctx, dut, addr: int) -> int:
     return ctx.get(dut.host_r_data)
 
 
+@pytest.mark.parametrize("bank_words", [BRAM_BANK_WORDS, 16])
 @pytest.mark.parametrize("stage", [True, False])
 @pytest.mark.parametrize("name", ["ice40", "ecp5"])
-def test_host_port_shares_the_memory(name, stage):
+def test_host_port_shares_the_memory(name, stage, bank_words):
     """32-bit host words with byte strobes land in the right lane of the bus word; the core's
     reads see them, the host reads back the core's writes; the host is refused while the core
     runs and during the core's bursts, and its read word comes three cycles after the take
-    with the host stage (a start's own cycle refused too), the next cycle without."""
+    with the host stage (a start's own cycle refused too), the next cycle without. The same
+    with the RAM in banks of 16 words (the host stage's where L >= 3)."""
     cfg = CONFIGS[name]
     W, L = cfg.bus_bytes, cfg.mem_read_latency_cycles
-    dut = BurstMemory(cfg, 64 * W, "bram", host_stage=stage)
+    dut = BurstMemory(cfg, 64 * W, "bram", host_stage=stage, bank_words=bank_words)
     assert dut.host_stage is stage
+    assert dut.ram.read_latency == (2 if stage and L >= 3 else 1)
     log: dict[str, object] = {}
 
     async def bench(ctx):
@@ -229,6 +241,13 @@ def test_memory_checks_its_parameters():
         Ram(8, 1024, "spram")
     with pytest.raises(ValueError, match=r"kind='dram' \(expected 'bram' or 'spram'\)"):
         Ram(32, 1024, "dram")
+    with pytest.raises(ValueError, match=r"bank_words=24 for a 'bram' RAM \(expected a power "
+                                         r"of two, and kind 'bram'\)"):
+        Ram(32, 1024, "bram", bank_words=24)
+    with pytest.raises(ValueError, match=r"bank_words=16 for a 'spram' RAM"):
+        Ram(32, 1024, "spram", bank_words=16)
+    with pytest.raises(ValueError, match=r"bank_words=0 must be at least 1"):
+        Ram(32, 1024, "bram", bank_words=0)
 
 
 class _SpramPlatform:
