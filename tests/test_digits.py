@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import pytest
+from ort_reference import reference_session
 
 from vtakit import digits, models
 
@@ -15,9 +16,8 @@ def test_data():
 
 @pytest.fixture(scope="module")
 def ort_logits(test_data):
-    ort = pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
-    sess = ort.InferenceSession(digits.load_model().SerializeToString(),
-                                providers=["CPUExecutionProvider"])
+    pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
+    sess = reference_session(digits.load_model())
     return sess.run(None, {"input": test_data[0]})[0]
 
 
@@ -67,11 +67,10 @@ def test_shipped_model_accuracy_compiled_cpu(test_data, ort_logits):
 
 
 def test_export_matches_numpy_forward(test_data):
-    ort = pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
     layers = digits.build(seed=3)
     x = test_data[0][:32]
-    sess = ort.InferenceSession(digits.to_onnx(layers).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
+    sess = reference_session(digits.to_onnx(layers))
     np.testing.assert_allclose(sess.run(None, {"input": x})[0], digits.forward(layers, x),
                                rtol=1e-4, atol=1e-5)
 

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from ort_reference import reference_session
 
 from vtakit import models
 from vtakit.compiler.frontend import import_onnx
@@ -33,12 +34,12 @@ def built() -> dict:
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_reference_matches_onnxruntime(built, name: str, batch: int):
-    ort = pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
     model = built[name]
     g = verify(import_onnx(model, batch_size=batch))
     x = np.random.default_rng(7).standard_normal((batch, *BUILDERS[name][1])).astype(np.float32)
     (ours,) = run(g, {"input": x}).values()
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = reference_session(model)
     (ref,) = session.run(None, {"input": x})
     assert ours.shape == ref.shape and ours.dtype == ref.dtype
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)

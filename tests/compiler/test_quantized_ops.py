@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_reference import reference_session
 
 from vtakit.compiler.frontend import import_onnx
 from vtakit.compiler.ir import run, verify
@@ -20,11 +21,11 @@ def _init(name, value):
 
 
 def _compare(model, feeds):
-    ort = pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
     # integer=False: the QLINEAR ops as written (the reference interpreter's own kernels, float
     # requantisation like onnxruntime), not the integer graph the importer makes of them
     (ours,) = run(verify(import_onnx(model, integer=False)), feeds).values()
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = reference_session(model)
     (ref,) = session.run(None, feeds)
     assert ours.dtype == ref.dtype
     np.testing.assert_array_equal(ours, ref)

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_reference import reference_session
 
 from vtakit.compiler.compile import compile_model
 from vtakit.compiler.frontend.onnx import import_onnx
@@ -371,7 +372,7 @@ def check(model: onnx.ModelProto, compiled: bool) -> None:
     feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim])
              .astype(np.float32) for vi in model.graph.input if vi.name not in init}
     names = [o.name for o in model.graph.output]
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = reference_session(model)
     want = dict(zip(names, sess.run(None, feeds), strict=True))
     if compiled:
         values = InferenceSession(compile_model(model, threads=1)).run(None, feeds)

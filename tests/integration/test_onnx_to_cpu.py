@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ort_reference import reference_session
 
 from vtakit import models
 from vtakit.compiler.compile import compile_model
@@ -28,7 +29,7 @@ def test_model_matches_onnxruntime(name: str, batch: int, tmp_path) -> None:
     rng = np.random.default_rng(0)
     feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess.get_inputs()}
     assert all(i.shape[0] == batch for i in sess.get_inputs())
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = reference_session(model)
     want = ref.run(None, feeds)
     got = sess.run(None, feeds)
     for g, w in zip(got, want, strict=True):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from ort_reference import reference_session
 
 from vtakit import digits, models
 from vtakit.compiler.frontend.onnx import import_onnx
@@ -88,7 +89,7 @@ def compare(qmodel: onnx.ModelProto, samples: list[np.ndarray], cpu_samples: int
     assert not ops & {Op.CONV, Op.GEMM, Op.QLINEAR_CONV, Op.QLINEAR_MATMUL}, ops
     assert not any(n.op is Op.MATMUL and n.dtype.is_float for n in g.nodes)
     name, scale = g.inputs[0].name, output_scale(qmodel)
-    sess = ort.InferenceSession(qmodel.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = reference_session(qmodel)
     ex = cpu(g)
     same, diffs = 0, []
     for i, x in enumerate(samples):
@@ -181,7 +182,7 @@ def test_operator_form(act, tmp_path):
     g = Graph(g.inputs, (*g.outputs, ours_last), (*g.output_names, last), g.name)
     q.graph.output.append(helper.make_tensor_value_info(last, ours_last.dtype.onnx,
                                                         list(ours_last.shape)))
-    sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = reference_session(q)
     ex = cpu(g)
     # The float output's step: the output scale of the last QLinearMatMul (the Add after it
     # adds a float bias).

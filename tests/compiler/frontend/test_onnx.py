@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_reference import reference_session
 
 from vtakit.compiler.errors import InvalidModelError, NonConstantError, UnsupportedError
 from vtakit.compiler.frontend import import_onnx
@@ -60,11 +61,10 @@ def _external_data_model():
 def test_external_data_is_loaded_from_the_model_folder(tmp_path, as_str):
     from onnx.external_data_helper import convert_model_to_external_data
 
-    ort = pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
     m = _external_data_model()
     x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
-    (want,) = ort.InferenceSession(m.SerializeToString(),
-                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (want,) = reference_session(m).run(None, {"x": x})
     convert_model_to_external_data(m, all_tensors_to_one_file=True, location="weights.bin",
                                    size_threshold=0, convert_attribute=True)
     onnx.save_model(m, tmp_path / "m.onnx")
@@ -223,7 +223,7 @@ def test_symbolic_inner_dimension_rejected():
 
 
 def test_max_pool_indices_match_onnxruntime():
-    ort = pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'vtakit[dev]'")
     node = helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[3, 3], strides=[2, 2],
                             pads=[1, 1, 1, 1])
     m = _model([node], [_vi("x", [2, 3, 7, 7])],
@@ -231,8 +231,7 @@ def test_max_pool_indices_match_onnxruntime():
     m.ir_version = 8  # readable by onnxruntime
     x = np.random.default_rng(0).standard_normal((2, 3, 7, 7)).astype(np.float32)
     ours = run(verify(import_onnx(m)), {"x": x})
-    y, idx = ort.InferenceSession(m.SerializeToString(),
-                                  providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    y, idx = reference_session(m).run(None, {"x": x})
     np.testing.assert_array_equal(ours["y"], y)
     np.testing.assert_array_equal(ours["idx"], idx)
 

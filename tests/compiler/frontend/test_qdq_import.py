@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_reference import reference_session
 
 from vtakit.compiler.errors import UnsupportedError
 from vtakit.compiler.frontend import import_onnx
@@ -95,7 +96,7 @@ def _check(model, ops: set[Op], *, seeds: int = 3, exact: float = 0.9) -> None:
     have = {n.op for n in g.nodes}
     assert ops <= have, (ops - have, have)
     assert not [n for n in g.nodes if n.op in FLOAT_OPS and n.dtype.is_float]
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = reference_session(model)
     ex = GraphExecutor(lower_graph(optimize(g), "cpu", threads=2)[0])
     shape = g.inputs[0].shape
     diffs = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from ort_reference import reference_session
 
 from vtakit.compiler.backend.cpu.lower import lower
 from vtakit.compiler.frontend.onnx import import_onnx
@@ -71,7 +72,7 @@ def outputs(model, feeds: dict[str, np.ndarray], with_ort: bool = True) -> tuple
     ref = [want[n] for n in g.output_names]
     if not with_ort:
         return cpu, ref, [None] * len(cpu)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = reference_session(model)
     return cpu, ref, sess.run(None, feeds)
 
 
@@ -240,7 +241,7 @@ def test_max_pool_indices() -> None:
     ex.set_input("x", x)
     ex.run()
     got = ex.get_output("y")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = reference_session(model)
     np.testing.assert_array_equal(got, sess.run(["y"], {"x": x})[0])
     np.testing.assert_array_equal(got, run(import_onnx(model), {"x": x})["y"])
 

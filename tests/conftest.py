@@ -1,0 +1,6 @@
+"""Make the helper modules beside these tests importable (``from ort_reference import ...``)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
