@@ -472,12 +472,20 @@ class Compute(wiring.Component):
             m.d.sync += patch_b.eq(d_src & hit_x & is_mul)
             imm_b = Mux(mul_hit, Cat(*[imm_sq for _ in range(lanes)]), imm_vec)
             b_alt = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
-            m.d.comb += b_alt.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other,
-                                                         Mux(is_alu, imm_b, gemm.sums))))
+            m.d.comb += b_alt.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other, imm_b)))
+            # The adder tree's sums (late: the products' registers, then three adders) meet
+            # one multiplexer before the RAM word's, selected by a copy of is_alu of each
+            # lane's own (set as is_alu is) and patch_b: a tensor ALU, the only one patched,
+            # is an ALU, so this is the chain patch_b, tensor, is_alu with sums last
+            alu_b = [Signal(name=f"alu_b{k}{REPLICA_SUFFIX}") for k in range(lanes)]
+            with m.If(~active & (drain <= 1)):
+                m.d.sync += [alu_b[k].eq(op == Opcode.ALU) for k in range(lanes)]
+            b_sel = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
             b_next = Signal(cfg.acc_elem_bits)
             for k in range(lanes):
                 w = slice(32 * k, 32 * (k + 1))
-                m.d.comb += b_next[w].eq(Mux(ram_b[k], ram_raw[w], b_alt[w]))
+                m.d.comb += [b_sel[w].eq(Mux(~alu_b[k] & ~patch_b, gemm.sums[w], b_alt[w])),
+                             b_next[w].eq(Mux(ram_b[k], ram_raw[w], b_sel[w]))]
             m.d.sync += [x_v.eq(d_op), x_a.eq(d_a), w_v.eq(x_v), w_a.eq(x_a)]
             # MUL's product and every other result in registers of their own, selected after
             # them by the operation (which holds past the instruction's last write)
