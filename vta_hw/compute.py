@@ -37,13 +37,13 @@ iteration sees every earlier iteration's result, as the loop semantics say.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from vtakit.vta_hw.alu import ALU_CONTROL, TensorAlu, alu_control, compact_datapath
 from vtakit.vta_hw.config import HwConfig
-from vtakit.vta_hw.control import WAIT, command_member, unit_control
+from vtakit.vta_hw.control import command_member, unit_control
 from vtakit.vta_hw.dma import IDX_BITS, ReadDMA, lanes_of
 from vtakit.vta_hw.gemm import GemmCore, check_dsp_products
 from vtakit.vta_hw.interfaces import MemClientSignature, TokenPopSignature, TokenPushSignature
@@ -242,16 +242,7 @@ class Compute(wiring.Component):
         # start's decision (take, tokens, an empty loop) selects nothing on the way to the
         # RAM, whose banks lie across the die (the ECP5 clock)
         u_d = Signal.like(u)
-        bgn_pick: Value = g.uop_bgn
-        if not self.compact and "w_en" not in self.cmd.signature.members:
-            # the candidate's uop_bgn selected by the unit's state register alone, not by the
-            # take (which waits for this unit's finish, its DMA's phase, and the token queues'
-            # room): the waiting instruction's (state WAIT, where nothing is taken) or else
-            # the queue head's (a start from any other state takes it)
-            bgn_pick = Signal.like(u, name="uop_bgn_pick")
-            head = data.View(lays.gemm, self.cmd.data)
-            m.d.comb += bgn_pick.eq(Mux(ctl.state == WAIT, gr.uop_bgn, head.uop_bgn))
-        m.d.comb += u_d.eq(Mux(active, u, bgn_pick))
+        m.d.comb += u_d.eq(Mux(active, u, g.uop_bgn))
         m.d.sync += u.eq(u_d)
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))

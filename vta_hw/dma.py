@@ -372,22 +372,11 @@ class ReadDMA(wiring.Component):
         r_off = Signal(lw)  # byte offset of the current row's first byte in its first word
         r_rows = Signal(len(y))  # data rows left, the current one included (then MID gaps)
         rem_first, last_off = sizes.rem1(r_off)
-        if staged:
-            # r_off's row sum (its beats less one, the last byte's offset) registered beside
-            # r_off, formed from the value r_off is given: so the row's last beat, and with it
-            # each lane's write enable, comes from registers and comparisons with constants
-            # instead of the adder from x_size - 1 (the SRAMs' write enables: the ECP5 clock)
-            rem_reg = Signal(len(rem_first), name="dma_row_rem")
-            last_off_reg = Signal(lw, name="dma_row_last_off")
-            rem_first, last_off = rem_reg, last_off_reg
         r_left = Signal(len(rem_first))  # beats of the row after the current one
         left_after = Signal.like(r_left)
         m.d.comb += left_after.eq(Mux(r_first, rem_first, r_left - 1))
         last = Signal()  # the current beat is the row's last
-        if staged:
-            m.d.comb += last.eq(Mux(r_first, rem_first == 0, r_left == 1))
-        else:
-            m.d.comb += last.eq(left_after == 0)
+        m.d.comb += last.eq(left_after == 0)
         last_row = Signal()  # ... of the last row
         m.d.comb += last_row.eq(beat & last & (r_rows == 1))
         # (staged: the stride's low bits registered from s + 1, the register's first cycle)
@@ -401,9 +390,6 @@ class ReadDMA(wiring.Component):
             m.d.sync += [r_left.eq(left_after), r_first.eq(last)]
             with m.If(last):
                 m.d.sync += r_off.eq(n_off)
-                if staged:
-                    rem_n, last_off_n = sizes.rem1(n_off)
-                    m.d.sync += [rem_reg.eq(rem_n), last_off_reg.eq(last_off_n)]
 
         # w_reg: the SRAM index written now, shared by every target: lane 0 of the current
         # beat (less than the row's first element when the row starts in a later lane), or
@@ -575,9 +561,6 @@ class ReadDMA(wiring.Component):
         lane0 = sizes.pick(lambda le: lane_of(off0, le))
         with m.If(setup):
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]
-            if staged:
-                rem0, last_off0 = sizes.rem1(off0)
-                m.d.sync += [rem_reg.eq(rem0), last_off_reg.eq(last_off0)]
             if k_max > 1:
                 m.d.sync += part.eq(0)
             with m.If(y_any):
