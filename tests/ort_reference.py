@@ -15,24 +15,20 @@ the default one, whose int8 × int8 kernels came out exact here even with ±128 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 
 def reference_session(model: Any) -> Any:
-    """An onnxruntime CPU session for `model` (a ModelProto, serialized bytes or a path) with exact
-    integer arithmetic. The caller has already imported
-    onnxruntime (``pytest.importorskip``), so a missing install skips there, with its reason."""
+    """An onnxruntime CPU session for the ModelProto `model`, with exact integer arithmetic.
+    The caller has already imported onnxruntime (``pytest.importorskip``), so a missing
+    install skips there, with its reason."""
     import onnxruntime as ort
     from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NoKernel
 
-    if not isinstance(model, (bytes, str, Path)):
-        model = model.SerializeToString()
-    elif isinstance(model, Path):
-        model = str(model)
+    blob = model.SerializeToString()
     options = ort.SessionOptions()
     options.add_session_config_entry("session.x64quantprecision", "1")
     try:
-        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(blob, options, providers=["CPUExecutionProvider"])
     except NoKernel:
-        return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
