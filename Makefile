@@ -19,7 +19,7 @@ demo: install
 	$(BIN)/vtakit demo
 
 test: install-dev
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 lint: install-dev
 	$(BIN)/ruff check .
