@@ -41,7 +41,7 @@ from vtakit.vta_hw.synth import KEEP_REPLICAS
 
 __all__ = ["build", "program", "read_report", "BuildError", "ToolchainError", "TimingError",
            "ExportOnlyError", "NoBoardError", "BuildResult", "DESIGN_NAME", "default_output",
-           "find_tool", "find_openfpgaloader", "pin_alu_dsps", "promote_resets", "TOOLS"]
+           "find_tool", "find_openfpgaloader", "pin_alu_dsps", "TOOLS"]
 
 #: the top-level design's name: file names in the output folder
 DESIGN_NAME = "vta_soc"
@@ -253,20 +253,6 @@ _ALU_DSP_CELL = re.compile(r"(?:^|\.)compute\.alu\." + re.escape(LANE_PREFIX)
 _ALU_DSP_ORDER = MUL_PARTS
 
 
-def _read_netlist(path: Path, purpose: str) -> tuple[dict, dict]:
-    """yosys' JSON netlist at ``path`` and its one top module; ``BuildError`` saying what the
-    file was read for when it is not one."""
-    try:
-        design = json.loads(path.read_text())
-        tops = [m for m in design["modules"].values()
-                if int(str(m.get("attributes", {}).get("top", "0")), 2)]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise BuildError(f"cannot read yosys' netlist {path} to {purpose}: {err}") from None
-    if len(tops) != 1:
-        raise BuildError(f"yosys' netlist {path} has {len(tops)} top modules, expected 1")
-    return design, tops[0]
-
-
 def pin_alu_dsps(netlist: Path | str, sites: tuple[str, ...] | list[str]) -> dict:
     """Give the ALU's MULT18X18D blocks in yosys' JSON ``netlist`` nextpnr's ``BEL``
     attribute: ``sites`` in order, three per lane in lane order (each lane's blocks side by
@@ -278,9 +264,17 @@ def pin_alu_dsps(netlist: Path | str, sites: tuple[str, ...] | list[str]) -> dic
     netlist with one top module.
     """
     path = Path(netlist)
-    design, top = _read_netlist(path, "place the ALU's multipliers")
+    try:
+        design = json.loads(path.read_text())
+        tops = [m for m in design["modules"].values()
+                if int(str(m.get("attributes", {}).get("top", "0")), 2)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise BuildError(f"cannot read yosys' netlist {path} to place the ALU's multipliers: "
+                         f"{err}") from None
+    if len(tops) != 1:
+        raise BuildError(f"yosys' netlist {path} has {len(tops)} top modules, expected 1")
     found = []
-    for name, cell in top.get("cells", {}).items():
+    for name, cell in tops[0].get("cells", {}).items():
         hit = _ALU_DSP_CELL.search(name) if cell.get("type") == "MULT18X18D" else None
         if hit:
             found.append(((int(hit.group(1)), _ALU_DSP_ORDER.index(hit.group(2))), cell))
@@ -300,79 +294,6 @@ def pin_alu_dsps(netlist: Path | str, sites: tuple[str, ...] | list[str]) -> dic
     return entry
 
 
-#: fewest flip-flop resets (the TRELLIS_FF's LSR) a net drives before an ECP5 build carries it on
-#: a global network, and at most how many such nets (of the 8 global networks that can reach
-#: the fabric; the core's clock takes one). nextpnr promotes clocks only; the SoC's core reset
-#: (the power-on reset or the host's RESET bit, one LUT) reaches 4,334 of the ``ecp5`` core's
-#: 7,779 flip-flops, and on general routing it was the netlist's widest net: on a global
-#: network (a DCCA buffer) the ULX3S build reached 75.15 / 74.15 / 75.85 MHz on seeds 1-3
-#: (72.8 / 75.2 / 74.6 without; docs/boards.md). The next widest reset reaches 520.
-GLOBAL_RESET_MIN_SINKS = 1000
-GLOBAL_RESET_MAX_NETS = 4
-
-
-def promote_resets(netlist: Path | str, min_sinks: int = GLOBAL_RESET_MIN_SINKS,
-                   max_nets: int = GLOBAL_RESET_MAX_NETS) -> dict:
-    """Carry each net of yosys' ECP5 JSON ``netlist`` that drives at least ``min_sinks``
-    flip-flop resets (``TRELLIS_FF`` port ``LSR``; the ``max_nets`` widest) on a global
-    network: a ``DCCA`` buffer is inserted between the net and those resets (its other loads
-    stay on the net), which nextpnr places and routes on the clock tree as it does for clocks.
-    The file is rewritten in place when a net qualifies.
-
-    Returns ``report.json``'s ``global_resets`` entry: ``min_sinks`` and ``nets``, a list of
-    ``{"net": name, "resets": n}``. ``BuildError`` when the file is not a yosys JSON netlist
-    with one top module.
-    """
-    path = Path(netlist)
-    design, top = _read_netlist(path, "put its widest resets on global networks")
-    cells, netnames = top.get("cells", {}), top.get("netnames", {})
-    resets: dict[int, list[tuple[list, int]]] = {}
-    buffered: set[int] = set()
-    last_bit = 1  # the highest signal bit in use (yosys numbers them from 2)
-    for cell in cells.values():
-        conns = cell.get("connections", {})
-        for bits in conns.values():
-            last_bit = max([last_bit, *(b for b in bits if isinstance(b, int))])
-        if cell.get("type") == "TRELLIS_FF":
-            bits = conns.get("LSR", [])
-            for i, b in enumerate(bits):
-                if isinstance(b, int):
-                    resets.setdefault(b, []).append((bits, i))
-        elif cell.get("type") == "DCCA":
-            buffered.update(b for b in conns.get("CLKO", []) if isinstance(b, int))
-    for net in netnames.values():
-        last_bit = max([last_bit, *(b for b in net.get("bits", []) if isinstance(b, int))])
-    wide = sorted(((len(loads), b) for b, loads in resets.items()
-                   if len(loads) >= min_sinks and b not in buffered), reverse=True)[:max_nets]
-    wanted = {b for _, b in wide}
-    names: dict[int, str] = {}  # each promoted net's shortest name
-    for name, net in netnames.items():
-        bits = net.get("bits", [])
-        for i, b in enumerate(bits):
-            label = name if len(bits) == 1 else f"{name}[{i}]"
-            if b in wanted and (b not in names or len(label) < len(names[b])):
-                names[b] = label
-    entry: dict[str, Any] = {"min_sinks": min_sinks, "nets": []}
-    taken = cells.keys() | netnames.keys()  # an earlier pass's buffers keep their names
-    free = (n for n in (f"$vtakit$global_reset{k}" for k in range(len(taken) + 1))
-            if n not in taken)
-    for count, bit in wide:
-        last_bit += 1
-        name = next(free)
-        cells[name] = {
-            "hide_name": 0, "type": "DCCA", "parameters": {}, "attributes": {},
-            "port_directions": {"CLKI": "input", "CE": "input", "CLKO": "output"},
-            "connections": {"CLKI": [bit], "CE": ["1"], "CLKO": [last_bit]}}
-        netnames[name] = {"hide_name": 0, "bits": [last_bit], "attributes": {}}
-        for bits, i in resets[bit]:
-            bits[i] = last_bit
-        entry["nets"].append({"net": names.get(bit, f"bit {bit}"), "resets": count})
-    if wide:
-        top["cells"], top["netnames"] = cells, netnames
-        path.write_text(json.dumps(design))
-    return entry
-
-
 def _report_text(rep: dict) -> str:
     lines = [f"board      {rep['board']} ({rep['title']})",
              f"part       {rep['part']}",
@@ -389,9 +310,6 @@ def _report_text(rep: dict) -> str:
              *([f"floorplan  {fp['pinned']} ALU multiplier blocks pinned, "
                 f"{fp['sites'][0]} .. {fp['sites'][1]}" if fp["pinned"] else
                 f"floorplan  {fp['reason']}"] if (fp := rep.get("floorplan")) else []),
-             *([f"globals    {n['net']}: {n['resets']} flip-flop resets on a global "
-                f"network (DCCA)" for n in gr["nets"]]
-               if (gr := rep.get("global_resets")) else []),
              f"seed       {rep['seed']}",
              "", f"{'resource':<10} {'used':>7} {'of':>7} {'%':>6}  unit"]
     for key, u in rep["utilization"].items():
@@ -493,7 +411,6 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     if missing:
         raise ToolchainError(_missing_tools_message(missing, b.name))
     floorplan: dict[str, Any] | None = None
-    global_resets: dict[str, Any] | None = None
     for argv in commands:
         tool = argv[0]
         exe = find_tool(tool)
@@ -527,15 +444,6 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
                 + (f"{floorplan['pinned']} ALU multiplier blocks at "
                    f"{floorplan['sites'][0]} .. {floorplan['sites'][1]}"
                    if floorplan["pinned"] else floorplan["reason"]))
-        if tool == "yosys" and b.family == "ecp5":
-            began = time.monotonic()
-            global_resets = promote_resets(out / f"{DESIGN_NAME}.json")
-            stages.append({"name": "global resets (DCCA)", "tool": "vtakit",
-                           "seconds": round(time.monotonic() - began, 1)})
-            say(f"{_clock_line(time.monotonic() - t0)} global networks: "
-                + ("; ".join(f"{n['net']} ({n['resets']} flip-flop resets)"
-                             for n in global_resets["nets"])
-                   or f"no reset reaches {global_resets['min_sinks']} flip-flops"))
     total = time.monotonic() - t0
     bitstream = out / f"{DESIGN_NAME}{b.bitstream_suffix}"
     if not bitstream.exists():
@@ -562,7 +470,6 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
                  "logic_products": 0 if dsp is None else products - dsp},
         "baud": b.baud,
         "floorplan": floorplan,
-        "global_resets": global_resets,
         **read_report(npr, b.family, target_mhz, stat),
         "yosys_cells": stat,
         "stages": stages, "build_seconds": round(total, 1),
