@@ -176,6 +176,40 @@ def test_padded_load_matches_vta_sim(cfg_name, mt, shape):
     assert rtl == sim
 
 
+# (y_size, x_size, x_stride, DRAM element offset): rows of micro-ops that start in different
+# lanes of their first bus word, one-beat and multi-beat rows among them
+UOP_BLOCKS = {"odd-stride": (3, 2, 5, 1), "rows-3": (4, 3, 3, 0), "single": (3, 1, 1, 1),
+              "wide": (2, 7, 9, 3)}
+
+
+@pytest.mark.parametrize("block", list(UOP_BLOCKS))
+@pytest.mark.parametrize("cfg_name", ["ice40", "ecp5", "ecp5-bus128", "ice40-L2"])
+def test_2d_uop_load_matches_vta_sim(cfg_name, block):
+    """A LOAD of micro-ops in several rows with a stride that moves each row's first element
+    to another lane (each row's beats and last lane differ), then an ALU that adds 1 to the
+    ACC row each loaded micro-op names, stored: the DRAM shows which micro-ops arrived where."""
+    changes = PADDED_CONFIGS.get(cfg_name, {})
+    base = preset(cfg_name.split("-")[0])
+    cfg = base.replace(**changes) if changes else base
+    y, x, stride, offset = UOP_BLOCKS[block]
+    n = 32  # micro-ops in DRAM, the k-th naming ACC row k
+    rng = np.random.default_rng(5)
+    dram = rng.integers(1, 256, 1 << 16).astype(np.uint8)
+    dram[4096:4096 + 4 * n] = isa.encode_uops(np.array([[k, 0, 0] for k in range(n)]),
+                                              cfg).view(np.uint8)
+    ea, eo = cfg.elem_bytes(MemType.ACC), cfg.elem_bytes(MemType.OUT)
+    prog = [
+        ld(MemType.ACC, 0, 8192 // ea, 1, n),
+        ld(MemType.UOP, 2, 4096 // 4 + offset, y, x, stride=stride),
+        AluInsn(uop_bgn=2, uop_end=2 + y * x, alu_opcode=AluOp.ADD, use_imm=1, imm=1,
+                push_next=1),
+        st(0, 32768 // eo, 1, n, pop_prev=1, push_prev=1),
+        FinishInsn(pop_next=1),
+    ]
+    rtl, sim = compare(cfg, dram, prog, insn_addr=48)
+    assert rtl == sim
+
+
 def _mul_chain_program(cfg, rows):
     """ALU MULs over the ACC rows ``rows`` (one micro-op each: dst the row, src the row before
     it, so a tensor iteration's source is the row the iteration before wrote): immediate
