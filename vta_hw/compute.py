@@ -238,11 +238,13 @@ class Compute(wiring.Component):
         next_j = issue & ((u1 == gr.uop_end) if self.compact else (k_left == 1))
         next_i = next_j & (j_left == 1)
         # u in the next cycle, the micro-op RAM's read address. Outside a loop it is the
-        # candidate's uop_bgn whether or not the candidate starts (a read has no effect): the
-        # start's decision (take, tokens, an empty loop) selects nothing on the way to the
-        # RAM, whose banks lie across the die (the ECP5 clock)
+        # uop_bgn of the instruction a start would begin, whether or not one starts (a read
+        # has no effect), selected by the unit's state register (`startable`): the start's
+        # decision (a finish, its pushes, the take, tokens, an empty loop) selects nothing on
+        # the way to the RAM, whose banks lie across the die (the ECP5 clock)
         u_d = Signal.like(u)
-        m.d.comb += u_d.eq(Mux(active, u, g.uop_bgn))
+        nxt = data.View(lays.gemm, ctl.startable.as_value())
+        m.d.comb += u_d.eq(Mux(active, u, nxt.uop_bgn))
         m.d.sync += u.eq(u_d)
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))

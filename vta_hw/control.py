@@ -54,6 +54,10 @@ IDLE, WAIT, BUSY, PUSH = range(4)
 class UnitControl:
     start: Signal      # the candidate instruction starts in this cycle
     cand: data.View    # (128-bit view) the instruction taken now, waiting, or running
+    startable: data.View  # (128-bit view) the instruction a start in this cycle would begin:
+    #                    equal to cand whenever start is high, but selected by the state
+    #                    register alone (the waiting one, else the queue's head), not by the
+    #                    take, so it hangs off no path through a finish and its pushes
     insn: Signal       # the unit's instruction register
     busy: Value        # an instruction has started and not finished
     idle: Value        # no instruction (taken, running or pushing)
@@ -113,6 +117,13 @@ def _unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Valu
     else:
         m.d.comb += cand_bits.eq(insn)
     cand = data.View(layout, cand_bits)
+    # In WAIT nothing is taken (free needs IDLE or a push, which needs BUSY or PUSH), so a
+    # start begins the register's instruction; in any other state a start needs a take and
+    # begins the queue's head.
+    if cmd_write is None:
+        startable = data.View(layout, Mux(state == WAIT, insn, cmd_data))
+    else:
+        startable = cand
     have = take | (state == WAIT)
     tok = Signal(name=f"{name}_tokens_ready")
     m.d.comb += tok.eq(1)
@@ -151,6 +162,6 @@ def _unit_control(m: Module, name: str, layout, cmd_valid: Value, cmd_data: Valu
         m.d.sync += state.eq(IDLE)
     with m.Elif(fin):
         m.d.sync += state.eq(PUSH)
-    return UnitControl(start=start, cand=cand, insn=insn, busy=state == BUSY,
+    return UnitControl(start=start, cand=cand, startable=startable, insn=insn, busy=state == BUSY,
                        idle=state == IDLE, active=(state == BUSY) | take | start | pushed,
                        state=state)

@@ -371,14 +371,6 @@ class ReadDMA(wiring.Component):
         r_first = Signal()  # the next beat is the first of a row
         r_off = Signal(lw)  # byte offset of the current row's first byte in its first word
         r_rows = Signal(len(y))  # data rows left, the current one included (then MID gaps)
-        rem_first, last_off = sizes.rem1(r_off)
-        r_left = Signal(len(rem_first))  # beats of the row after the current one
-        left_after = Signal.like(r_left)
-        m.d.comb += left_after.eq(Mux(r_first, rem_first, r_left - 1))
-        last = Signal()  # the current beat is the row's last
-        m.d.comb += last.eq(left_after == 0)
-        last_row = Signal()  # ... of the last row
-        m.d.comb += last_row.eq(beat & last & (r_rows == 1))
         # (staged: the stride's low bits registered from s + 1, the register's first cycle)
         stride_lw: Value = stride[:lw]
         if staged:
@@ -386,6 +378,32 @@ class ReadDMA(wiring.Component):
             m.d.sync += stride_lw.eq(stride[:lw])
         n_off = Signal(lw)  # r_off of the next row
         m.d.comb += n_off.eq(r_off + stride_lw)
+        # the first row's r_off: the block's DRAM address within its bus word
+        off0 = sizes.to_bytes(reg.dram_base, lw)
+        last = Signal()  # the current beat is the row's last
+        if staged:
+            # The row's sum (its beats less one, its last byte's offset) registered with r_off,
+            # from the r_off it takes (off0 at the setup cycle, n_off at a row's last beat), so
+            # the row's last beat and every lane's write enable come from registers and no
+            # carry chain runs into the buffers' write enables (the ECP5 clock)
+            rs_hi, rs_lo = sizes.rem1(Mux(setup, off0, n_off))
+            rem_first = Signal(len(rs_hi), name="row_rem")
+            last_off = Signal(lw, name="row_last_off")
+            first_last = Signal(name="row_one_beat")  # the row is one beat
+            with m.If(setup | (beat & last)):
+                m.d.sync += [rem_first.eq(rs_hi), last_off.eq(rs_lo),
+                             first_last.eq(rs_hi == 0)]
+        else:
+            rem_first, last_off = sizes.rem1(r_off)
+        r_left = Signal(len(rem_first))  # beats of the row after the current one
+        left_after = Signal.like(r_left)
+        m.d.comb += left_after.eq(Mux(r_first, rem_first, r_left - 1))
+        if staged:
+            m.d.comb += last.eq(Mux(r_first, first_last, r_left == 1))
+        else:
+            m.d.comb += last.eq(left_after == 0)
+        last_row = Signal()  # ... of the last row
+        m.d.comb += last_row.eq(beat & last & (r_rows == 1))
         with m.If(beat):
             m.d.sync += [r_left.eq(left_after), r_first.eq(last)]
             with m.If(last):
@@ -557,7 +575,6 @@ class ReadDMA(wiring.Component):
             m.d.comb += ph_next.eq(FIN)
         # setup (s + 1): the first beat arrives at s + 1 + L >= s + 2, its lane 0 at
         # sram_base + y_pad_0 * cols + x_pad_0 - (its first lane), formed from the register
-        off0 = sizes.to_bytes(reg.dram_base, lw)
         lane0 = sizes.pick(lambda le: lane_of(off0, le))
         with m.If(setup):
             m.d.sync += [r_off.eq(off0), r_first.eq(1)]

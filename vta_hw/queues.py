@@ -78,8 +78,9 @@ class CmdQueue(wiring.Component):
         head = Signal(self.width_bits)
         hv = Signal()
         take = r.take & hv
-        m.d.comb += [r.valid.eq(hv), w.full.eq(self.level == q)]
+        m.d.comb += r.valid.eq(hv)
         if q == 1:
+            m.d.comb += w.full.eq(hv)
             m.d.comb += [r.data.eq(head), self.level.eq(hv),
                          r.w_en.eq(w.en), r.w_data.eq(w.data)]
             with m.If(w.en):
@@ -102,6 +103,14 @@ class CmdQueue(wiring.Component):
         wr_ptr = Signal(range(q))
         arriving = Signal()  # the RAM's read port shows the entry read in the previous cycle
         m.d.comb += [r.data.eq(head), self.level.eq(hv + v1 + mcount)]
+        # full in a register of its own, kept equal to level == depth: the writer's decision
+        # (fetch's dispatch) waits on no adder and comparator (the ECP5 clock)
+        full = Signal()
+        m.d.comb += w.full.eq(full)
+        with m.If(w.en & ~take):
+            m.d.sync += full.eq(self.level == q - 1)
+        with m.Elif(take & ~w.en):
+            m.d.sync += full.eq(0)
         # the registers after this cycle's take: how many entries they keep
         keep0 = Signal()  # s0 keeps an entry (its own, or s1's moving down)
         m.d.comb += keep0.eq(Mux(take, v1, hv))
