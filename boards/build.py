@@ -41,7 +41,7 @@ from vtakit.vta_hw.synth import KEEP_REPLICAS
 
 __all__ = ["build", "program", "read_report", "BuildError", "ToolchainError", "TimingError",
            "ExportOnlyError", "NoBoardError", "BuildResult", "DESIGN_NAME", "default_output",
-           "find_tool", "find_openfpgaloader", "pin_alu_dsps", "TOOLS"]
+           "find_tool", "find_openfpgaloader", "pin_alu_dsps", "TOOLS", "NEXTPNR_PLACERS"]
 
 #: the top-level design's name: file names in the output folder
 DESIGN_NAME = "vta_soc"
@@ -83,6 +83,14 @@ SCRIPT_AFTER_READ = f"proc; memory_collect; memory_nordff; {KEEP_REPLICAS}"
 #: 420,000 iterations), router2 routed it and two other seeds in 35-74 s (15.0-16.6 MHz). On
 #: the ECP5 router2 routes faster but the core's clock came out lower (39.4 against 48.3 MHz).
 NEXTPNR_ROUTER = {"ice40": "router2"}
+
+#: nextpnr's placers (``--placer``): ``heap`` (its default, analytic placement then simulated
+#: annealing), ``static`` (electrostatic placement, then the same annealing) and ``sa``
+#: (annealing alone). On the ULX3S-85F's ``ecp5`` core (docs/boards.md) a whole build with
+#: ``static`` took 7.4 minutes alone on 2 cores against ``heap``'s 8.9 (its router about 30 %
+#: faster), and reached 71.1-74.6 MHz on seeds 1-4 against 74.0-76.2: ``heap`` stays the
+#: default.
+NEXTPNR_PLACERS = ("heap", "static", "sa")
 
 Progress = Callable[[str], None]
 
@@ -310,7 +318,8 @@ def _report_text(rep: dict) -> str:
              *([f"floorplan  {fp['pinned']} ALU multiplier blocks pinned, "
                 f"{fp['sites'][0]} .. {fp['sites'][1]}" if fp["pinned"] else
                 f"floorplan  {fp['reason']}"] if (fp := rep.get("floorplan")) else []),
-             f"seed       {rep['seed']}",
+             f"seed       {rep['seed']} (nextpnr --placer {rep['placer']} --router "
+             f"{rep['router']})",
              "", f"{'resource':<10} {'used':>7} {'of':>7} {'%':>6}  unit"]
     for key, u in rep["utilization"].items():
         avail = u.get("available")
@@ -335,12 +344,14 @@ def _timing_message(rep: dict, out: Path) -> str:
     what = "; ".join(f"clock {n} reaches {c['achieved_mhz']:.2f} MHz, target "
                      f"{c['target_mhz']:.2f} MHz" for n, c in bad)
     return (f"timing not met on {rep['board']}: {what} (seed {rep['seed']}); the bitstream in "
-            f"{out} may not work: try another --seed or pass --allow-timing-failure")
+            f"{out} may not work: try another --seed or --placer, or pass "
+            f"--allow-timing-failure")
 
 
 def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 1,
-          output: Path | str | None = None, allow_timing_failure: bool = False,
-          progress: Progress | None = None, bridge_factory=None) -> BuildResult:
+          placer: str = "heap", output: Path | str | None = None,
+          allow_timing_failure: bool = False, progress: Progress | None = None,
+          bridge_factory=None) -> BuildResult:
     """Build the bitstream of ``board_name``'s SoC with ``config`` (default: the board's
     preset).
 
@@ -349,9 +360,9 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
     amaranth-boards or a YoWASP tool is missing (saying what to pip install),
     :class:`BuildError` when a step fails (with the line of its log that says why) and
     :class:`TimingError` when a clock misses its target (unless ``allow_timing_failure``);
-    ``ValueError`` for an unknown board, a seed that is not a non-negative int, or a
-    configuration whose buffers and DRAM cannot fit the board's block RAM
-    (:meth:`~vtakit.boards.boards.Board.check_config`).
+    ``ValueError`` for an unknown board, a seed that is not a non-negative int, a placer that
+    is not one of :data:`NEXTPNR_PLACERS`, or a configuration whose buffers and DRAM cannot
+    fit the board's block RAM (:meth:`~vtakit.boards.boards.Board.check_config`).
     """
     say = progress or (lambda line: None)
     b = board(board_name)
@@ -362,6 +373,9 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
             f"Vivado script that builds the bitstream)")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
+    if placer not in NEXTPNR_PLACERS:
+        raise ValueError(f"placer={placer!r} is not one of nextpnr's placers "
+                         f"({', '.join(NEXTPNR_PLACERS)})")
     cfg = _config_for(b, config)
     cfg_name = next((n for n in _preset_names() if preset(n) == cfg), "custom")
     b.check_config(cfg, cfg_name)
@@ -384,16 +398,15 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         + (f" (PLL from {b.oscillator[1] / 1e6:g} MHz)" if top.pll else "")
         + f", seed {seed} -> {out}")
     overrides: dict[str, Any] = {
-        "nextpnr_opts": f"--seed {seed} --report {DESIGN_NAME}.nextpnr.json "
-                        f"--timing-allow-fail",
+        "nextpnr_opts": f"--seed {seed} --placer {placer} --report "
+                        f"{DESIGN_NAME}.nextpnr.json --timing-allow-fail",
         "script_after_read": SCRIPT_AFTER_READ,
         "script_after_synth": f"tee -q -o {DESIGN_NAME}.stat.json stat -json",
     }
     if b.family == "ice40":
         overrides["synth_opts"] = "-dsp"
-    router = NEXTPNR_ROUTER.get(b.family)
-    if router:
-        overrides["nextpnr_opts"] += f" --router {router}"
+    router = NEXTPNR_ROUTER.get(b.family, "router1")
+    overrides["nextpnr_opts"] += f" --router {router}"
     # a failed build must not leave an earlier bitstream or report behind for hw program
     for stale in (f"{DESIGN_NAME}{b.bitstream_suffix}", f"{DESIGN_NAME}.nextpnr.json",
                   f"{DESIGN_NAME}.stat.json", "report.json", "report.txt"):
@@ -461,7 +474,7 @@ def build(board_name: str, *, config: HwConfig | str | None = None, seed: int = 
         "board": b.name, "title": b.title, "part": part, "family": b.family,
         "config": {"name": cfg_name, "bitstream_name": cfg.bitstream_name, "hash": cfg.hash,
                    "fields": cfg.to_dict()},
-        "seed": seed,
+        "seed": seed, "placer": placer, "router": router,
         "clock": {"target_mhz": round(target_mhz, 4), "oscillator_mhz": b.oscillator[1] / 1e6,
                   "pll": None if top.pll is None else {
                       k: v for k, v in vars(top.pll).items() if k != "f_in_hz"}},

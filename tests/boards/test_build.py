@@ -134,6 +134,10 @@ def test_stand_in_build_writes_bitstream_report_and_logs(stand_in_build):
     nextpnr = next(argv for argv in json.loads((out / "build_vta_soc.json").read_text())[
         "commands"] if argv[0].startswith("nextpnr"))
     assert " ".join(nextpnr).count("--router router2") == 1  # the UP5K routes with router2
+    assert " ".join(nextpnr).count("--placer heap") == 1      # the default placer
+    assert rep["placer"] == "heap" and rep["router"] == "router2"
+    report_txt = (out / "report.txt").read_text()
+    assert "seed       7 (nextpnr --placer heap --router router2)" in report_txt
     assert rep["gemm"] == {"dsp_products": 1, "logic_products": 0}
     text = (out / "report.txt").read_text()
     assert re.search(r"logic\s+5000\s+5280\s+94\.7%", text)
@@ -283,6 +287,22 @@ def test_unknown_and_zynq_boards(tmp_path):
         build("pynq-z1", output=tmp_path)
     with pytest.raises(ValueError, match="seed=-1 must be a non-negative int"):
         build("icebreaker", seed=-1, output=tmp_path)
+    with pytest.raises(ValueError, match=re.escape(
+            "placer='analytic' is not one of nextpnr's placers (heap, static, sa)")):
+        build("icebreaker", placer="analytic", output=tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_static_placer_reaches_nextpnr(tmp_path, monkeypatch):
+    _fake_tools(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_FMAX", "13.0")
+    result = build("icebreaker", placer="static", output=tmp_path / "out",
+                   bridge_factory=QuietBridge)
+    nextpnr = next(argv for argv in json.loads(
+        (tmp_path / "out" / "build_vta_soc.json").read_text())["commands"]
+        if argv[0].startswith("nextpnr"))
+    assert nextpnr[nextpnr.index("--placer") + 1] == "static"
+    assert result.report["placer"] == "static"
 
 
 def test_a_config_that_cannot_fit_is_refused_before_anything_runs(tmp_path, monkeypatch):
@@ -381,13 +401,20 @@ def test_cli_build_passes_its_options(tmp_path, monkeypatch):
 
     monkeypatch.setattr(build_mod, "build", fake_build)
     r = CliRunner().invoke(main, ["hw", "build", "--board", "ulx3s-85f", "--config", "ice40",
-                                  "--seed", "3", "--output", str(tmp_path),
-                                  "--allow-timing-failure"])
+                                  "--seed", "3", "--placer", "static", "--output",
+                                  str(tmp_path), "--allow-timing-failure"])
     assert r.exit_code == 0, r.output
     assert r.output == "a progress line\n"
-    assert seen["board"] == "ulx3s-85f" and seen["seed"] == 3
+    assert seen["board"] == "ulx3s-85f" and seen["seed"] == 3 and seen["placer"] == "static"
     assert seen["config"].hash == __import__("vtakit").vta_hw.config.preset("ice40").hash
     assert seen["output"] == tmp_path and seen["allow_timing_failure"] is True
+
+
+def test_cli_placers_are_nextpnrs():
+    (cmd,) = [c for c in main.commands["hw"].commands["build"].params if c.name == "placer"]
+    assert tuple(cmd.type.choices) == build_mod.NEXTPNR_PLACERS and cmd.default == "heap"
+    r = CliRunner().invoke(main, ["hw", "build", "--board", "icebreaker", "--placer", "x"])
+    assert r.exit_code == 2 and "'x' is not one of 'heap', 'static', 'sa'" in r.output
 
 
 @pytest.mark.fpga
