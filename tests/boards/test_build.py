@@ -288,7 +288,7 @@ def test_unknown_and_zynq_boards(tmp_path):
     with pytest.raises(ValueError, match="seed=-1 must be a non-negative int"):
         build("icebreaker", seed=-1, output=tmp_path)
     with pytest.raises(ValueError, match=re.escape(
-            "placer='analytic' is not one of nextpnr's placers (heap, static, sa)")):
+            "placer='analytic' is not one of nextpnr's placers (heap, static)")):
         build("icebreaker", placer="analytic", output=tmp_path)
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
@@ -414,7 +414,7 @@ def test_cli_placers_are_nextpnrs():
     (cmd,) = [c for c in main.commands["hw"].commands["build"].params if c.name == "placer"]
     assert tuple(cmd.type.choices) == build_mod.NEXTPNR_PLACERS and cmd.default == "heap"
     r = CliRunner().invoke(main, ["hw", "build", "--board", "icebreaker", "--placer", "x"])
-    assert r.exit_code == 2 and "'x' is not one of 'heap', 'static', 'sa'" in r.output
+    assert r.exit_code == 2 and "'x' is not one of 'heap', 'static'" in r.output
 
 
 @pytest.mark.fpga
