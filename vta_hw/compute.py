@@ -243,8 +243,7 @@ class Compute(wiring.Component):
         # decision (a finish, its pushes, the take, tokens, an empty loop) selects nothing on
         # the way to the RAM, whose banks lie across the die (the ECP5 clock)
         u_d = Signal.like(u)
-        nxt = data.View(lays.gemm, ctl.startable.as_value())
-        m.d.comb += u_d.eq(Mux(active, u, nxt.uop_bgn))
+        m.d.comb += u_d.eq(Mux(active, u, ctl.startable.uop_bgn))
         m.d.sync += u.eq(u_d)
         with m.If(issue):
             m.d.comb += u_d.eq(Mux(next_j, gr.uop_bgn, u1))

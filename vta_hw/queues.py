@@ -80,8 +80,7 @@ class CmdQueue(wiring.Component):
         take = r.take & hv
         m.d.comb += r.valid.eq(hv)
         if q == 1:
-            m.d.comb += w.full.eq(hv)
-            m.d.comb += [r.data.eq(head), self.level.eq(hv),
+            m.d.comb += [w.full.eq(hv), r.data.eq(head), self.level.eq(hv),
                          r.w_en.eq(w.en), r.w_data.eq(w.data)]
             with m.If(w.en):
                 m.d.sync += [head.eq(w.data), hv.eq(1)]
