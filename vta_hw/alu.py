@@ -46,7 +46,7 @@ def compact_datapath(cfg: HwConfig) -> bool:
 
 
 def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool = True,
-             parts: dict | None = None, control=None):
+             parts: dict | None = None, control=None, mul_operands=None):
     """The 32-bit result of ``op(a, b)`` for signed 32-bit ``a``, ``b``.
 
     ``shift_by_multiplier``: shifts go through the multiplier (fewest cells: the iCE40
@@ -55,7 +55,9 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
     ``parts``, when given, receives the lane's ``"product"`` (MUL's result) and ``"other"``
     (the result of every other operation; anything for MUL), of which the result is the
     last multiplexer. The barrel-shifter datapath takes the operation decoded
-    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given."""
+    (:data:`ALU_CONTROL`) as ``control`` in place of ``op`` where given, and MUL's operands
+    as ``mul_operands`` (a pair equal to ``(a, b)`` whenever the operation is MUL: a
+    user's registers beside the multiplier blocks) where given."""
     a, b = a.as_signed(), b.as_signed()
     r = Signal(signed(32), name=name)
     # One 33-bit adder: a + b for ADD, a - b for MIN and MAX (its sign is a < b).
@@ -74,7 +76,8 @@ def alu_lane(m: Module, op, a, b, name: str = "alu", shift_by_multiplier: bool =
         shifted = product = _shift_on_multiplier(m, op, a, b, name)
     else:
         shifted = _barrel_shift(a, b, m, name)
-        product = _mul_low32(m, a, b, name)
+        ma, mb = (a, b) if mul_operands is None else mul_operands
+        product = _mul_low32(m, ma, mb, name)
     if shift_by_multiplier:
         with m.Switch(op):
             with m.Case(AluOp.MIN, AluOp.MAX):
@@ -181,7 +184,10 @@ class TensorAlu(wiring.Component):
         Take the operation decoded, one :data:`ALU_CONTROL` per lane (input ``control``, an
         array of them), in place of ``op``; only on the barrel-shifter datapath. A user that
         registers each lane's copy apart (the compute unit) keeps the operation's decoding
-        and its fan-out across the lanes off the ALU's paths.
+        and its fan-out across the lanes off the ALU's paths. MUL then takes its operands
+        from inputs of its own, ``mul_a`` and ``mul_b``, which must equal ``a`` and ``b``
+        whenever a lane's operation is MUL: the compute unit gives MUL a second operand
+        register of its own, which can sit beside the multiplier blocks.
 
     Shifts go through the multiplier on the compact datapath (:func:`compact_datapath`), else
     through a barrel shifter per lane (:func:`alu_lane`), and then ``out`` is
@@ -207,6 +213,8 @@ class TensorAlu(wiring.Component):
                  "other": Out(cfg.acc_elem_bits)}
         if decoded:
             ports["control"] = In(data.ArrayLayout(ALU_CONTROL, lanes))
+            ports["mul_a"] = In(cfg.acc_elem_bits)
+            ports["mul_b"] = In(cfg.acc_elem_bits)
         else:
             ports["op"] = In(ALU_OPCODE_BITS)
         super().__init__(ports)
@@ -218,7 +226,9 @@ class TensorAlu(wiring.Component):
             parts: dict = {}
             r = alu_lane(m, None if self.decoded else self.op, self.a[s], self.b[s],
                          f"{LANE_PREFIX}{lane}", shift_by_multiplier=self.shift_by_multiplier,
-                         parts=parts, control=self.control[lane] if self.decoded else None)
+                         parts=parts, control=self.control[lane] if self.decoded else None,
+                         mul_operands=((self.mul_a[s], self.mul_b[s]) if self.decoded
+                                       else None))
             m.d.comb += [self.out[s].eq(r), self.product[s].eq(parts.get("product", r)),
                          self.other[s].eq(parts.get("other", r))]
         return m

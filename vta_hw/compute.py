@@ -465,15 +465,20 @@ class Compute(wiring.Component):
                 w = slice(32 * k, 32 * (k + 1))
                 m.d.comb += [fwd_alt[w].eq(Mux(hit_x & ctl[k].mul, mul_a[w], fwd_other[w])),
                              fwd[w].eq(Mux(ram_a[k], ram_raw[w], fwd_alt[w]))]
-            # operand_b takes no product: a tensor MUL's source word that the iteration in the
-            # ALU is about to write (its issues are two cycles apart, so the ALU reads the
-            # source two cycles after it arrives) is patched from the result register in the
-            # next cycle, when no source word arrives
+            # operand_b takes no result being computed: a tensor ALU's source word that the
+            # iteration in the ALU is about to write (its issues are two cycles apart, so the
+            # ALU reads the source two cycles after it arrives) is patched from the result
+            # register in the next cycle, when no source word arrives. So no path runs from
+            # the ALU back into its second operand (the ECP5 clock), and MUL's product, which
+            # is never forwarded, needs no case of its own.
             patch_b = Signal()
-            m.d.sync += patch_b.eq(d_src & hit_x & is_mul)
+            m.d.sync += patch_b.eq(d_src & hit_x)
             imm_b = Mux(mul_hit, Cat(*[imm_sq for _ in range(lanes)]), imm_vec)
+            # (a tensor ALU's source where the write being made or the last one applies;
+            # anything where the result being computed does: it is patched)
+            src_b = Mux(hit_w, r_reg, lw_v)
             b_alt = Signal(cfg.acc_elem_bits, attrs={"keep": 1})
-            m.d.comb += b_alt.eq(Mux(patch_b, r_reg, Mux(tensor, fwd_other, imm_b)))
+            m.d.comb += b_alt.eq(Mux(patch_b, r_reg, Mux(tensor, src_b, imm_b)))
             # The adder tree's sums (late: the products' registers, then three adders) meet
             # one multiplexer before the RAM word's, selected by a copy of is_alu of each
             # lane's own (set as is_alu is) and patch_b: a tensor ALU, the only one patched,
@@ -496,17 +501,32 @@ class Compute(wiring.Component):
             for k in range(lanes):
                 w = slice(32 * k, 32 * (k + 1))
                 m.d.comb += r_reg[w].eq(Mux(ctl[k].mul, r_mul[w], r_oth[w]))
+            # MUL's operands: registers of their own, loaded as the operand registers, so
+            # that they can sit beside the lanes' pinned multiplier blocks while operand_b
+            # sits between the adder tree and the lanes' adders and shifters (the ECP5
+            # clock). The second's never takes the adder tree's sums (a GEMM only adds): a
+            # multiplexer less in front of it. The first's has operand's very input, and
+            # yosys merges the two (the `_rep` keep does not hold on these registers); the
+            # measured netlist is this source's.
+            op_a_m = Signal(cfg.acc_elem_bits, name=f"mul_op_a{REPLICA_SUFFIX}")
+            op_b_m = Signal(cfg.acc_elem_bits, name=f"mul_op_b{REPLICA_SUFFIX}",
+                            reset_less=True)
+            b_next_m = Signal(cfg.acc_elem_bits)
+            for k in range(lanes):
+                w = slice(32 * k, 32 * (k + 1))
+                m.d.comb += b_next_m[w].eq(Mux(ram_b[k], ram_raw[w], b_alt[w]))
             with m.If(d_op):
-                m.d.sync += operand.eq(fwd)
+                m.d.sync += [operand.eq(fwd), op_a_m.eq(fwd)]
             with m.If(~tensor | d_src | patch_b):
-                m.d.sync += operand_b.eq(b_next)
+                m.d.sync += [operand_b.eq(b_next), op_b_m.eq(b_next_m)]
             # reset: the operands are zeros (the flip-flops' synchronous reset), and every
             # operation of two zeros is zero, so no multiplexer follows the ALU (MUL's path
             # into the result register is the ECP5 clock). `reset` holds from the start to
             # the finish, and the previous instruction's last operands were taken before its
             # finish.
             with m.If(reset):
-                m.d.sync += [operand.eq(0), operand_b.eq(0)]
+                m.d.sync += [operand.eq(0), operand_b.eq(0), op_a_m.eq(0), op_b_m.eq(0)]
+            m.d.comb += [alu.mul_a.eq(op_a_m), alu.mul_b.eq(op_b_m)]
             m.d.comb += [wr_en.eq(w_v), wr_a.eq(w_a), wr_v.eq(r_reg)]
         if self.compact:
             m.d.comb += alu.op.eq(alu_op)

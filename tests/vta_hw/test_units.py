@@ -281,6 +281,9 @@ def test_alu_matches_semantics(config, decoded):
                 ctx.set(alu.op, op)
             ctx.set(alu.a, sum((a & 0xffffffff) << (32 * k) for k in range(lanes)))
             ctx.set(alu.b, sum((b & 0xffffffff) << (32 * k) for k in range(lanes)))
+            if decoded:  # MUL's own copies of the operands
+                ctx.set(alu.mul_a, sum((a & 0xffffffff) << (32 * k) for k in range(lanes)))
+                ctx.set(alu.mul_b, sum((b & 0xffffffff) << (32 * k) for k in range(lanes)))
             got = ctx.get(alu.out) & 0xffffffff
             want = int(_alu_op(op, np.array([a]), b)[0]) & 0xffffffff
             assert got == want, (op, a, b, got, want)
