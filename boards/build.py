@@ -87,9 +87,10 @@ NEXTPNR_ROUTER = {"ice40": "router2"}
 #: The nextpnr placers a build may use (``--placer``): ``heap`` (nextpnr's default, analytic
 #: placement then simulated annealing) and ``static`` (electrostatic placement, then the same
 #: annealing); annealing alone (``sa``) is left out, unmeasured. On the ULX3S-85F's ``ecp5``
-#: core (docs/boards.md) a whole build with ``static`` took 7.4 minutes alone on 2 cores
-#: against ``heap``'s 8.9 (its router about 30 % faster), and reached 71.1-74.6 MHz on seeds
-#: 1-4 against 74.0-76.2: ``heap`` stays the default.
+#: core (docs/boards.md; the netlist before MUL's operand register) a whole build with
+#: ``static`` took 7.4 minutes alone on 2 cores against ``heap``'s 8.9 (its router about 30 %
+#: faster), and reached 71.1-74.6 MHz on seeds 1-4 against 74.0-76.2: ``heap`` stays the
+#: default.
 NEXTPNR_PLACERS = ("heap", "static")
 
 Progress = Callable[[str], None]
