@@ -32,10 +32,20 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = ["Board", "BoardMemory", "BOARDS", "board", "board_names", "STATUS_LEDS",
-           "NEEDS_BOARDS"]
+           "NEEDS_BOARDS", "NEXTPNR_PLACERS"]
 
 #: the core's states a board can show on an LED, in the order a board lists them
 STATUS_LEDS = ("running", "done", "fault", "frame_error")
+
+#: The nextpnr placers a board build may use (``hw build --placer``; here, with the boards'
+#: data, so the command line reads them without loading the build): ``heap`` (nextpnr's
+#: default, analytic placement then simulated annealing) and ``static`` (electrostatic
+#: placement, then the same annealing); annealing alone (``sa``) is left out, unmeasured. On
+#: the ULX3S-85F's ``ecp5`` core (docs/boards.md; the netlist before MUL's operand register)
+#: a whole build with ``static`` took 7.4 minutes alone on 2 cores against ``heap``'s 8.9
+#: (its router about 30 % faster), and reached 71.1-74.6 MHz on seeds 1-4 against 74.0-76.2:
+#: ``heap`` stays the default.
+NEXTPNR_PLACERS = ("heap", "static")
 
 #: what to install when ``amaranth_boards`` is missing
 NEEDS_BOARDS = "needs amaranth-boards: pip install 'vtakit[fpga]'"

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vtakit.boards.boards import Board, board
+from vtakit.boards.boards import NEXTPNR_PLACERS, Board, board
 from vtakit.vta_hw.alu import LANE_PREFIX, MUL_PARTS
 from vtakit.vta_hw.config import HwConfig, preset
 from vtakit.vta_hw.synth import KEEP_REPLICAS
@@ -83,15 +83,6 @@ SCRIPT_AFTER_READ = f"proc; memory_collect; memory_nordff; {KEEP_REPLICAS}"
 #: 420,000 iterations), router2 routed it and two other seeds in 35-74 s (15.0-16.6 MHz). On
 #: the ECP5 router2 routes faster but the core's clock came out lower (39.4 against 48.3 MHz).
 NEXTPNR_ROUTER = {"ice40": "router2"}
-
-#: The nextpnr placers a build may use (``--placer``): ``heap`` (nextpnr's default, analytic
-#: placement then simulated annealing) and ``static`` (electrostatic placement, then the same
-#: annealing); annealing alone (``sa``) is left out, unmeasured. On the ULX3S-85F's ``ecp5``
-#: core (docs/boards.md; the netlist before MUL's operand register) a whole build with
-#: ``static`` took 7.4 minutes alone on 2 cores against ``heap``'s 8.9 (its router about 30 %
-#: faster), and reached 71.1-74.6 MHz on seeds 1-4 against 74.0-76.2: ``heap`` stays the
-#: default.
-NEXTPNR_PLACERS = ("heap", "static")
 
 Progress = Callable[[str], None]
 

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from vtakit import __version__
+from vtakit.boards.boards import NEXTPNR_PLACERS
 from vtakit.vta_hw.config import PRESETS, HwConfig, preset
 
 __all__ = ["main", "resolve_config"]
@@ -242,10 +243,10 @@ def hw_verilog(config: HwConfig, output: Path) -> None:
               help="Preset name or JSON file  [default: the board's preset]")
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
               help="nextpnr's placement seed.")
-@click.option("--placer", type=click.Choice(["heap", "static"]), default="heap",
+@click.option("--placer", type=click.Choice(NEXTPNR_PLACERS), default="heap",
               show_default=True,
-              help="nextpnr's placer: static built the ULX3S core in 7.4 minutes "
-                   "against heap's 8.9, at 1-4 MHz less.")
+              help="nextpnr's placer: static built the ULX3S core about 1.5 minutes "
+                   "quicker than heap, at a few MHz less (docs/boards.md).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for the bitstream, report and logs  [default: build/BOARD]")
 @click.option("--allow-timing-failure", is_flag=True,
