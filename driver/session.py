@@ -41,6 +41,7 @@ import numpy as np
 
 from vtakit.driver.device import Device, RunResult
 from vtakit.driver.program import KernelBuilder, Loop, Program, Reloc, UopKernel
+from vtakit.driver.slot_check import check_confined
 from vtakit.driver.stream_check import check_program, loop_overflow
 from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
@@ -161,7 +162,7 @@ class Session:
         self._ids = itertools.count()
         self._rec = _Recording.empty()
         self._kernels: dict[Hashable, UopKernel] = {}
-        self._uop_buffers: dict[str, DeviceArray] = {}
+        self._uop_buffers: dict[str, tuple[DeviceArray, np.ndarray]] = {}
         self._resident: OrderedDict[str, int] = OrderedDict()  # signature -> uop_bgn
         self._uop_top = 0
         self._insn_buf: DeviceArray | None = None
@@ -452,19 +453,38 @@ class Session:
     def _addresses(self, program: Program,
                    bindings: Mapping[str, DeviceArray | int] | None) -> dict[str, int]:
         addresses: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         for slot, words in program.constants.items():
-            buf = self._uop_buffers.get(slot)
-            if buf is None:
-                buf = self.array(np.ascontiguousarray(words, dtype="<u4"), name=slot)
-                self._uop_buffers[slot] = buf
-            addresses[slot] = buf.addr
+            data = np.ascontiguousarray(words, dtype="<u4")
+            cached = self._uop_buffers.get(slot)
+            if cached is not None and not np.array_equal(cached[1], data):
+                # the same name, other micro-ops: the device copy is replaced, never reused
+                cached[0].free()
+                cached = None
+            if cached is None:
+                cached = (self.array(data, name=slot), data.copy())
+                self._uop_buffers[slot] = cached
+            addresses[slot] = cached[0].addr
         for slot in program.arguments:
             target = (bindings or {}).get(slot, self._arrays.get(slot))
             if target is None:
                 raise ValueError(f"no buffer bound to slot {slot!r} (bind it: "
                                  f"run_program(program, {{{slot!r}: array}}))")
-            addresses[slot] = target.addr if isinstance(target, DeviceArray) else int(target)
+            if not isinstance(target, DeviceArray):
+                target = self._array_at(slot, int(target))
+            addresses[slot] = target.addr
+            sizes[slot] = target.nbytes
+        check_confined(program, sizes, "run_program")
         return addresses
+
+    def _array_at(self, slot: str, addr: int) -> DeviceArray:
+        """The array of this session that starts at ``addr`` (a slot bound by address)."""
+        for arr in self._arrays.values():
+            if arr.addr == addr:
+                return arr
+        raise ValueError(f"slot {slot!r} is bound to address {addr:#x}, where no array of "
+                         f"this session starts (expected a DeviceArray, or the address of "
+                         f"one; a stream reaches only the arrays it is bound to)")
 
     def _execute(self, program: Program, bindings: Mapping[str, DeviceArray | int] | None,
                  timeout_s: float | None) -> RunResult:

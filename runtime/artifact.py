@@ -16,7 +16,9 @@ Members:
 
 An artifact is validated, never trusted: `Artifact.load` checks the checksums, then the plan
 (`Plan.validate`: buffers, arguments, signatures, parameters against the buffers that hold
-them), then each backend's section (its runner's ``check_section``), and raises `ArtifactError`
+them), then each backend's section (its runner's ``check_section``, then ``check_plan`` for what
+the section says of the plan and the manifest; the accelerator's proves that no stream can
+touch device memory outside its slots, docs/vta.md), and raises `ArtifactError`
 naming the member or field, what it found and what it expected, before any native code is
 loaded. Whatever a corrupt zip, npz or JSON member makes the libraries raise becomes an
 `ArtifactError` too.
@@ -156,6 +158,7 @@ class Artifact:
                 raise ArtifactError(f"{what}: member plan.json section {name!r}: {e}") from None
             try:
                 runner.check_section(section)
+                runner.check_plan(section, plan, manifest)
             except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
                 raise ArtifactError(f"{what}: {name} section: {_why(e)}") from None
         stray = sorted(set(members) - set(plan.sections))

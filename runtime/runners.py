@@ -104,6 +104,13 @@ class Runner(ABC):
         cannot be run; called when the artifact is loaded. The default accepts any section."""
         return None
 
+    @classmethod
+    def check_plan(cls, section: Section, plan: Plan, manifest: Mapping[str, Any]) -> None:
+        """Raise `ValueError` if what `section` says about the rest of the artifact (the plan's
+        buffers and this backend's steps, the manifest) does not hold; called when the artifact
+        is loaded, after `check_section` and `Plan.validate`. The default accepts any."""
+        return None
+
     @abstractmethod
     def segment(self, steps: Sequence[Step]) -> Segment:
         """Prepare `steps` (consecutive, all of this backend) to be run many times."""

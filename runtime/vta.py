@@ -26,9 +26,12 @@ from typing import Any
 import numpy as np
 
 from vtakit.driver.device import Device, RunResult
-from vtakit.driver.packing import im2col, pack_act, pack_mat, unpack_act, unpack_mat
+from vtakit.driver.packing import act_shape, im2col, pack_act, pack_mat, unpack_act, unpack_mat
 from vtakit.driver.program import Program
 from vtakit.driver.session import DeviceArray, Session
+from vtakit.driver.slot_check import SlotAccess, check_confined
+from vtakit.driver.stream_check import check_program
+from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
 from .plan import Section, Step
@@ -130,23 +133,16 @@ class VtaRunner(Runner):
 
     @classmethod
     def check_section(cls, section: Section) -> None:
+        """The section as data (`ValueError` naming the member and the field): its metadata
+        (`_check_meta`), its members, every stream decoded and checked (ISA version, the
+        configuration, SRAM ranges, and every DMA inside the slot it names, with the slots'
+        roles: `driver.slot_check`), and the micro-op constants the streams share."""
         meta = section.meta
-        for key in ("config", "config_hash", "regions"):
-            if key not in meta:
-                raise ValueError(f"the vta section has no {key!r} in its metadata")
-        cfg = HwConfig.from_dict(meta["config"])
-        if cfg.hash != meta["config_hash"]:
-            raise ValueError(f"the vta section's configuration hashes to {cfg.hash}, but it "
-                             f"says {meta['config_hash']}")
-        if not isinstance(meta["regions"], list):
-            raise ValueError(f"regions: expected a list, got {type(meta['regions']).__name__}")
+        cfg = _check_meta(meta)
         need = ["params.npz"]
-        params: set[str] = set()
-        for r, reg in enumerate(meta["regions"]):
-            _check_region(r, reg)
+        for reg in meta["regions"]:
             need.append(reg["program"])
             need += [lm["program"] for lm in reg["layers"] if "program" in lm]
-            params |= {slot for slot, info in reg["slots"].items() if info["param"]}
         missing = [m for m in need if m not in section.members]
         if missing:
             raise ValueError(f"the vta section lacks member(s) {missing}")
@@ -165,6 +161,75 @@ class VtaRunner(Runner):
                     raise ValueError(f"params.npz: array {slot!r} of region {r} is "
                                      f"{'missing' if got is None else f'{got[1]}{list(got[0])}'}"
                                      f"; the slot expects {want[1]}{list(want[0])}")
+        constants: dict[str, tuple[str, np.ndarray]] = {}
+        for reg in meta["regions"]:
+            for member, access in _stream_access(reg):
+                prog = _load_stream(section, member, cfg)
+                check_program(cfg, prog, f"vta/{member}")
+                check_confined(prog, access, f"vta/{member}", uops_from_constants=True,
+                               check_tokens=True)
+                for name, words in prog.constants.items():
+                    seen = constants.setdefault(name, (member, words))
+                    if not np.array_equal(seen[1], words):
+                        raise ValueError(f"vta/{member}: micro-op constant {name!r} differs "
+                                         f"from the one of that name in vta/{seen[0]} (a "
+                                         f"constant's name must stand for its content)")
+
+    @classmethod
+    def check_plan(cls, section: Section, plan: Any, manifest: Mapping[str, Any]) -> None:
+        """What the section says about the rest of the artifact: the manifest's configuration
+        and hash (both present, the one hashing to the other and equal to the section's), each
+        input's and output's host buffer (int8, the offset and extent inside it), and each
+        accelerator step's call (a region and a layer of the section)."""
+        meta = section.meta
+        want = meta["config_hash"]
+        if "hw_config_hash" not in manifest:
+            raise ValueError(f"manifest.json has no hw_config_hash (expected {want}, the vta "
+                             f"section's configuration)")
+        got = manifest["hw_config_hash"]
+        if got != want:
+            raise ValueError(f"manifest.json hw_config_hash: {got!r}, but the vta section is "
+                             f"for configuration {want}: the artifact is inconsistent")
+        if "hw_config" in manifest:
+            try:
+                h = HwConfig.from_dict(manifest["hw_config"]).hash
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"manifest.json hw_config: {e}") from None
+            if h != got:
+                raise ValueError(f"manifest.json hw_config hashes to {h}, but hw_config_hash "
+                                 f"says {got}")
+        for r, reg in enumerate(meta["regions"]):
+            for part in ("inputs", "outputs"):
+                for k, m in enumerate(reg[part]):
+                    where = f"plan.json sections.vta.regions[{r}].{part}[{k}].arg"
+                    _, b, off = m["arg"]
+                    nbytes = int(np.prod(m["shape"], dtype=np.int64))
+                    if b >= len(plan.buffers):
+                        raise ValueError(f"{where}: buffer {b}, but the plan has "
+                                         f"{len(plan.buffers)} buffers")
+                    buf = plan.buffers[b]
+                    if np.dtype(buf.dtype) != np.int8:
+                        raise ValueError(f"{where}: buffer {b} holds {np.dtype(buf.dtype)}, "
+                                         f"expected int8 (the accelerator's activations)")
+                    if off + nbytes > buf.nbytes:
+                        raise ValueError(f"{where}: {nbytes} bytes at offset {off} leave "
+                                         f"buffer {b}'s {buf.nbytes} bytes")
+        for k, st in enumerate(plan.steps):
+            if st.backend != "vta":
+                continue
+            where = f"plan.json step {k} ({st.name!r})"
+            if len(st.calls) != 1:
+                raise ValueError(f"{where}: {len(st.calls)} calls, expected one (a layer of "
+                                 f"a region)")
+            call = st.calls[0]
+            if call.kernel >= len(meta["regions"]):
+                raise ValueError(f"{where}: kernel {call.kernel}, but the vta section has "
+                                 f"{len(meta['regions'])} region(s)")
+            layers = meta["regions"][call.kernel]["layers"]
+            names = [f"layer{j}" for j in range(len(layers))]
+            if call.fname not in names:
+                raise ValueError(f"{where}: calls {call.fname!r}, which region {call.kernel} "
+                                 f"does not have (expected one of {names})"[:400])
 
     def _load(self, section: Section) -> tuple[dict[str, Program], Mapping[str, np.ndarray]]:
         if section.live is not None:
@@ -294,9 +359,84 @@ def listing(section: Section, uops: bool = False) -> list[str]:
     return lines
 
 
-def _check_region(r: int, reg: Any) -> None:
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_meta(meta: Any) -> HwConfig:
+    """The section's metadata as data: its configuration (hashing to its hash), a non-empty
+    list of regions, each well formed (`_check_region`), and one stream per program name."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"plan.json sections.vta: expected an object, got "
+                         f"{type(meta).__name__}")
+    for key in ("config", "config_hash", "regions"):
+        if key not in meta:
+            raise ValueError(f"the vta section has no {key!r} in its metadata")
+    try:
+        cfg = HwConfig.from_dict(meta["config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"plan.json sections.vta.config: {e}") from None
+    if cfg.hash != meta["config_hash"]:
+        raise ValueError(f"the vta section's configuration hashes to {cfg.hash}, but it "
+                         f"says {meta['config_hash']}")
+    regions = meta["regions"]
+    if not isinstance(regions, list):
+        raise ValueError(f"regions: expected a list, got {type(regions).__name__}")
+    if not regions:
+        raise ValueError("plan.json sections.vta.regions: expected at least one region, got "
+                         "none")
+    owner: dict[str, str] = {}
+    for r, reg in enumerate(regions):
+        _check_region(r, reg, cfg)
+        names = [(f"regions[{r}].program", reg["program"])] + [
+            (f"regions[{r}].layers[{k}].program", lm["program"])
+            for k, lm in enumerate(reg["layers"]) if "program" in lm]
+        for where, name in names:
+            if name in owner:
+                raise ValueError(f"plan.json sections.vta.{where}: {name!r} is already the "
+                                 f"stream of {owner[name]} (expected one stream per region "
+                                 f"and per layer)")
+            if name == "params.npz" or not name.endswith(".npz"):
+                raise ValueError(f"plan.json sections.vta.{where}: {name!r} is not a stream "
+                                 f"member (expected a name ending in .npz other than "
+                                 f"params.npz)")
+            owner[name] = where
+    return cfg
+
+
+def _packed_shape(cfg: HwConfig, m: Mapping[str, Any], where: str) -> tuple[int, ...]:
+    """The packed shape the runtime makes of an input's or output's host array."""
+    shape, c = m["shape"], m["channels"]
+    if m["matrix"]:
+        rows, rem = divmod(int(np.prod(shape, dtype=np.int64)), c)
+        if rem or rows % cfg.batch:
+            raise ValueError(f"{where}: shape {shape} is not rows of {c} channels in a "
+                             f"multiple of the core's batch {cfg.batch}")
+        return act_shape(cfg, cfg.batch, c, rows // cfg.batch, 1)
+    if len(shape) != 4 or shape[1] != c or shape[0] % cfg.batch:
+        raise ValueError(f"{where}: shape {shape} with channels {c}: expected (N, C, H, W) "
+                         f"with C = channels and N a multiple of the core's batch {cfg.batch}")
+    n, _, h, w = shape
+    spec = m.get("im2col", ())
+    if not spec:
+        return act_shape(cfg, n, c, h, w)
+    pad_max = isa.layouts(cfg).mem["y_pad_0"].max
+    if not (isinstance(spec, list) and len(spec) == 8 and all(_is_int(v) for v in spec)
+            and min(spec[:4]) >= 1 and all(0 <= p <= pad_max for p in spec[4:])):
+        raise ValueError(f"{where}.im2col: expected [kh, kw, sh, sw, pad top, left, bottom, "
+                         f"right], kernel and strides >= 1 and pads 0..{pad_max} (the LOAD's "
+                         f"padding fields), got {spec!r}"[:400])
+    kh, kw, sh, sw, pt, pl, pb, pr = spec
+    if h + pt + pb < kh or w + pl + pr < kw:
+        raise ValueError(f"{where}.im2col: a {kh}x{kw} window does not fit the padded "
+                         f"{h + pt + pb}x{w + pl + pr} input")
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    return act_shape(cfg, n, c * kh * kw, oh, ow)
+
+
+def _check_region(r: int, reg: Any, cfg: HwConfig) -> None:
     """The structure of one region's metadata (`ValueError` naming the field)."""
-    where = f"regions[{r}]"
+    where = f"plan.json sections.vta.regions[{r}]"
     if not isinstance(reg, dict):
         raise ValueError(f"{where}: expected an object, got {type(reg).__name__}")
     for key, kind in (("program", str), ("slots", dict), ("inputs", list), ("outputs", list),
@@ -304,28 +444,100 @@ def _check_region(r: int, reg: Any) -> None:
         if not isinstance(reg.get(key), kind):
             raise ValueError(f"{where}.{key}: expected a {kind.__name__}, got "
                              f"{type(reg.get(key)).__name__}")
+        if key != "program" and not reg[key]:
+            raise ValueError(f"{where}.{key}: expected at least one entry, got none")
     for slot, info in reg["slots"].items():
         shape = info.get("shape") if isinstance(info, dict) else None
         if not (isinstance(shape, list) and shape and all(
-                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+                _is_int(d) and d > 0 for d in shape)):
             raise ValueError(f"{where}.slots[{slot!r}].shape: expected positive ints, got "
                              f"{shape!r}")
         if info.get("dtype") not in ("int8", "int32") or not isinstance(info.get("param"), bool):
             raise ValueError(f"{where}.slots[{slot!r}]: expected dtype int8/int32 and a boolean "
                              f"param, got {info.get('dtype')!r}, {info.get('param')!r}")
+    layers = reg["layers"]
+    for k, lm in enumerate(layers):
+        ok = (isinstance(lm, dict) and isinstance(lm.get("name"), str)
+              and isinstance(lm.get("kind"), str) and _is_int(lm.get("macs"))
+              and lm["macs"] >= 0 and ("program" not in lm or isinstance(lm["program"], str)))
+        if not ok:
+            raise ValueError(f"{where}.layers[{k}]: expected name, kind, macs (an int >= 0) "
+                             f"and a program name; got {lm!r}"[:400])
+        for key in ("inputs", "output"):
+            names = lm.get(key) if key == "inputs" else [lm.get(key)]
+            if not isinstance(names, list) or not names or not all(
+                    isinstance(n, str) and n in reg["slots"] for n in names):
+                raise ValueError(f"{where}.layers[{k}].{key}: expected slot name(s) of the "
+                                 f"region, got {lm.get(key)!r}"[:400])
+        out = reg["slots"][lm["output"]]
+        if out["param"] or out["dtype"] != "int8":
+            raise ValueError(f"{where}.layers[{k}].output: slot {lm['output']!r} is "
+                             f"{'a parameter' if out['param'] else out['dtype']}, expected an "
+                             f"int8 activation")
+    produced = {lm["output"]: lm["name"] for lm in layers}
     for part in ("inputs", "outputs"):
         for k, m in enumerate(reg[part]):
             ok = (isinstance(m, dict) and m.get("slot") in reg["slots"]
                   and isinstance(m.get("arg"), list) and len(m["arg"]) == 3
-                  and isinstance(m.get("shape"), list)
-                  and all(isinstance(d, int) and d > 0 for d in m["shape"])
-                  and isinstance(m.get("matrix"), bool) and isinstance(m.get("channels"), int)
+                  and m["arg"][0] == "b" and all(_is_int(v) and v >= 0 for v in m["arg"][1:])
+                  and isinstance(m.get("shape"), list) and m["shape"]
+                  and all(_is_int(d) and d > 0 for d in m["shape"])
+                  and isinstance(m.get("matrix"), bool) and _is_int(m.get("channels"))
                   and m["channels"] > 0 and (part == "inputs" or "layer" in m))
             if not ok:
                 extra = ", layer" if part == "outputs" else ""
                 raise ValueError(f"{where}.{part}[{k}]: expected slot (one of the region's), "
-                                 f"arg, shape, matrix, channels{extra}; got {m!r}"[:400])
+                                 f"arg ['b', buffer, offset >= 0], shape, matrix, channels"
+                                 f"{extra}; got {m!r}"[:400])
+            at = f"{where}.{part}[{k}]"
+            info = reg["slots"][m["slot"]]
+            if info["param"] or info["dtype"] != "int8":
+                raise ValueError(f"{at}.slot: {m['slot']!r} is "
+                                 f"{'a parameter' if info['param'] else info['dtype']}, "
+                                 f"expected an int8 activation")
+            if part == "outputs" and "im2col" in m:
+                raise ValueError(f"{at}: an output has no im2col")
+            want = _packed_shape(cfg, m, at)
+            if tuple(info["shape"]) != want:
+                raise ValueError(f"{at}: slot {m['slot']!r} is {info['shape']}, but its host "
+                                 f"array {m['shape']} packs to {list(want)}")
+            if part == "inputs" and m["slot"] in produced:
+                raise ValueError(f"{at}.slot: {m['slot']!r} is the output of layer "
+                                 f"{produced[m['slot']]!r}, expected a slot the host fills")
+            if part == "outputs" and produced.get(m["slot"]) != m["layer"]:
+                raise ValueError(f"{at}: layer {m['layer']!r} does not make slot "
+                                 f"{m['slot']!r} (expected the name of the region's layer "
+                                 f"whose output it is)"[:400])
+
+
+def _stream_access(reg: Mapping[str, Any]) -> list[tuple[str, dict[str, SlotAccess]]]:
+    """Each stream of a region with what it may do to each slot: parameters and inputs are
+    read only and hold their data from the start; the region's stream writes every layer's
+    output, and reads one only after it is written; layer ``k``'s own stream writes that
+    layer's output, and finds the outputs of the layers before it written (profiling runs
+    the layers in order)."""
+    inputs = {m["slot"] for m in reg["inputs"]}
+
+    def nbytes(info: Mapping[str, Any]) -> int:
+        return int(np.prod(info["shape"], dtype=np.int64)) * np.dtype(info["dtype"]).itemsize
+
+    def access(preset: set[str], writable: set[str]) -> dict[str, SlotAccess]:
+        return {s: SlotAccess(nbytes(info), info["param"] or s in inputs or s in preset,
+                              not info["param"] and s not in inputs and s in writable)
+                for s, info in reg["slots"].items()}
+
+    outs = [lm["output"] for lm in reg["layers"]]
+    streams = [(reg["program"], access(set(), set(outs)))]
     for k, lm in enumerate(reg["layers"]):
-        if not (isinstance(lm, dict) and isinstance(lm.get("name"), str)
-                and isinstance(lm.get("kind"), str) and isinstance(lm.get("macs"), int)):
-            raise ValueError(f"{where}.layers[{k}]: expected name, kind, macs; got {lm!r}"[:400])
+        if "program" in lm:
+            streams.append((lm["program"], access(set(outs[:k]), {outs[k]})))
+    return streams
+
+
+def _load_stream(section: Section, member: str, cfg: HwConfig) -> Program:
+    """A stream member, decoded and checked against the section's configuration."""
+    try:
+        prog = Program.load(io.BytesIO(section.members[member]), cfg)
+    except ValueError as e:
+        raise ValueError(f"vta/{member}: {str(e).removeprefix('program: ')}") from None
+    return prog
