@@ -62,6 +62,12 @@ Rules the bridge keeps, and the host relies on:
   core twice). A host numbers new requests consecutively and begins a session with ID (a
   read, always executed), so a new request never repeats the last executed SEQ.
 * One request at a time: bytes that arrive while the bridge executes or answers are dropped.
+
+The host end (:class:`BridgeLink`) trusts nothing it receives: a request returns or raises
+within ``(1 + retries) * timeout_s`` however the line behaves, a response's size is bounded
+by ``max_payload`` and must be its command's (:func:`response_words`), the ID's fields are
+checked (:func:`check_board_id`), and a failing port is a :class:`PortError`; every error is a
+:class:`ProtocolError` saying what arrived and what was expected.
 """
 
 from __future__ import annotations
@@ -76,10 +82,11 @@ from typing import Protocol
 __all__ = [
     "PROTOCOL_VERSION", "REQUEST_SYNC", "RESPONSE_SYNC", "CRC_ALGORITHM", "CRC_BYTES",
     "DEFAULT_MAX_PAYLOAD", "MAX_PAYLOAD_LIMIT", "MIN_MAX_PAYLOAD", "ID_WORDS", "CSR_ADDR_LIMIT",
-    "Command", "Status", "LINK_STATUSES", "Request", "Response", "BoardId",
+    "MAX_MEM_WORDS", "Command", "Status", "LINK_STATUSES", "Request", "Response", "BoardId",
     "crc16", "encode_request", "decode_request", "encode_response", "decode_response",
-    "request_length_ok", "ProtocolError", "FrameError", "SyncError", "LengthError", "CrcError",
-    "TruncatedError", "CommandError", "StatusError", "SequenceError", "NoResponse",
+    "request_length_ok", "response_words", "check_board_id", "ProtocolError", "FrameError",
+    "SyncError", "LengthError", "CrcError", "TruncatedError", "CommandError", "StatusError",
+    "SequenceError", "NoResponse", "ResponseLengthError", "IdError", "PortError",
     "SerialLike", "BridgeLink",
 ]
 
@@ -100,6 +107,9 @@ MIN_MAX_PAYLOAD = 32
 MAX_PAYLOAD_LIMIT = 4096
 ID_WORDS = 5
 CSR_ADDR_LIMIT = 0x100
+#: The most memory an ID may report: 32-bit words behind a 32-bit byte address (the range
+#: ``boards.bridge.UartBridge`` accepts for ``mem_words``).
+MAX_MEM_WORDS = 1 << 30
 
 REQUEST_HEADER_BYTES = 5   # SYNC CMD SEQ LEN(2)
 RESPONSE_HEADER_BYTES = 6  # SYNC CMD SEQ STATUS LEN(2)
@@ -220,6 +230,22 @@ class NoResponse(ProtocolError, TimeoutError):
     """The board sent no (complete) response within the timeout."""
 
 
+class ResponseLengthError(ProtocolError):
+    """An OK response (its CRC good) whose payload is not the length its command answers with
+    (:func:`response_words`): a board that does not keep the protocol, not a damaged line, so
+    it is not retried."""
+
+
+class IdError(ProtocolError, ValueError):
+    """The ID response reports a value outside the range the protocol, the configuration or
+    the host takes (:func:`check_board_id`, ``FpgaDevice``)."""
+
+
+class PortError(ProtocolError, ConnectionError):
+    """The port itself failed: the serial driver or the socket raised, the port was closed, or
+    it is at end of file. Not retried (the next attempt would meet the same port)."""
+
+
 # ---- frames -------------------------------------------------------------------------------
 def _check_u8(what: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFF:
@@ -306,6 +332,28 @@ class BoardId:
         return ((v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF)
 
 
+def check_board_id(board: BoardId, name: str = "the board") -> BoardId:
+    """``board`` if every field is one this protocol allows, else :class:`IdError` saying the
+    value received and the range expected: the protocol version, ``max_payload``
+    (:func:`check_max_payload`), ``mem_words`` (1 .. :data:`MAX_MEM_WORDS`) and HW_VER (three
+    bytes, the top byte 0). HW_ID (any 32-bit hash) is the caller's to compare with its
+    configuration. ``name`` says which board (``"the board on /dev/ttyUSB1"``)."""
+    if board.protocol_version != PROTOCOL_VERSION:
+        raise IdError(f"{name} speaks bridge protocol version {board.protocol_version}; this "
+                      f"host speaks {PROTOCOL_VERSION}: rebuild the bitstream or update vtakit")
+    try:
+        check_max_payload(board.max_payload)
+    except ValueError as err:
+        raise IdError(f"{name} reports {err} (ID word 1)") from None
+    if not 1 <= board.mem_words <= MAX_MEM_WORDS:
+        raise IdError(f"{name} reports mem_words={board.mem_words} (ID word 2); expected "
+                      f"1..{MAX_MEM_WORDS} (2**30: 32-bit words behind a 32-bit byte address)")
+    if board.hw_ver >> 24:
+        raise IdError(f"{name} reports HW_VER={board.hw_ver:#010x} (ID word 3); expected "
+                      f"(major << 16) | (minor << 8) | patch, at most 0x00ffffff")
+    return board
+
+
 def check_max_payload(max_payload: int) -> int:
     """``ValueError`` unless ``max_payload`` is a multiple of 4 in
     :data:`MIN_MAX_PAYLOAD` .. :data:`MAX_PAYLOAD_LIMIT`."""
@@ -367,6 +415,16 @@ def _check_frame(kind: str, frame: bytes, sync: int, header: int, max_len: int) 
     return length
 
 
+def response_words(req: Request) -> int:
+    """Payload words of the OK response to ``req``: READ_MEM its count, READ_CSR 1, ID
+    :data:`ID_WORDS`, the writes none."""
+    if req.cmd == Command.READ_MEM:
+        return req.words[1] if len(req.words) > 1 else 0
+    if req.cmd == Command.READ_CSR:
+        return 1
+    return ID_WORDS if req.cmd == Command.ID else 0
+
+
 def request_length_ok(cmd: int, words: Sequence[int], max_payload: int) -> bool:
     """Whether the payload has the length ``cmd`` takes (READ_MEM: also its count)."""
     n = len(words)
@@ -406,13 +464,27 @@ def decode_response(frame: bytes, max_payload: int = MAX_PAYLOAD_LIMIT) -> Respo
 # ---- the host side of a link --------------------------------------------------------------
 class SerialLike(Protocol):
     """What :class:`BridgeLink` needs of a port (a ``serial.Serial`` has it): ``read(n)``
-    returns up to ``n`` bytes, fewer once ``timeout`` seconds have passed."""
+    returns up to ``n`` bytes, fewer once ``timeout`` seconds have passed (it must honour
+    ``timeout``: the link's deadlines rest on it), and ``write(data)`` sends them all."""
 
     timeout: float | None
 
     def read(self, size: int = 1) -> bytes: ...
 
     def write(self, data: bytes) -> int | None: ...
+
+
+#: A read that returns no bytes in under this long although it was given at least
+#: :data:`_EOF_MIN_TIMEOUT_S` to wait did not wait: the port is at end of file (a serial port
+#: waits out its timeout). :data:`_EOF_READS` of them in a row are a :class:`PortError`.
+_EOF_AT_ONCE_S = 0.001
+_EOF_MIN_TIMEOUT_S = 0.005
+_EOF_READS = 3
+
+#: The exceptions a port raises when it fails: pyserial's ``SerialException`` (an
+#: ``OSError``, ``PortNotOpenError`` and ``SerialTimeoutException`` included), a socket's
+#: ``OSError``, a closed file object's ``ValueError``, a stream's ``EOFError``.
+_PORT_ERRORS = (OSError, ValueError, EOFError)
 
 
 class BridgeLink:
@@ -422,28 +494,42 @@ class BridgeLink:
     Every request is tried at most ``1 + retries`` times: again after a response that says it
     arrived damaged (:data:`LINK_STATUSES`), a response that arrived damaged (CRC, length,
     cut off) or no response within ``timeout_s``; a retry carries the same SEQ, so the board
-    executes a write at most once. Other statuses raise :class:`StatusError` at once. Nothing
-    waits longer than ``timeout_s`` for a byte, so a silent board raises :class:`NoResponse`
-    (a ``TimeoutError``) after ``(1 + retries) * timeout_s`` at most.
+    executes a write at most once. Other statuses raise :class:`StatusError` at once, and so
+    do an OK response of the wrong length for its command (:class:`ResponseLengthError`) or
+    for another command (:class:`SequenceError`).
+
+    Time: each attempt has ``timeout_s``, from its start to the deadline of its response,
+    the discarding of input before a retry (at most half of it) and the write included; the
+    whole request has a monotonic deadline of ``(1 + retries) * timeout_s``. No read waits
+    past it, however many bytes keep arriving (a board that streams garbage, a line that
+    never goes quiet), so :meth:`request` returns or raises within
+    ``(1 + retries) * timeout_s`` (plus one read's scheduling slack) provided the port honours
+    its ``timeout``; a silent board raises :class:`NoResponse` (a ``TimeoutError``).
+
+    A failing port (pyserial's ``SerialException`` or any ``OSError``, a closed port, a port
+    at end of file) raises :class:`PortError` naming the port and what happened, at once;
+    no exception of the port's own leaves the link.
 
     Parameters
     ----------
     port : SerialLike
     timeout_s : float
-        Longest wait for one response.
+        Time of one attempt (its longest wait for a response).
     retries : int
     name : str | None
         How messages name the board (default: the port's ``name`` or ``port``).
     quiet_s : float
         Before a retry, the link discards input until the line has been quiet this long
-        (longer than the bridge's inter-byte timeout, after which it answers a damaged frame).
+        (longer than the bridge's inter-byte timeout, after which it answers a damaged frame),
+        for at most half of the attempt's ``timeout_s``.
 
     Attributes
     ----------
     board : BoardId | None
         The last ID response (:meth:`ident`).
     attempts, failures : int
-        Requests sent (retries included) and failed attempts, for statistics.
+        Requests sent (retries included) and failed attempts that were retried, for
+        statistics.
     """
 
     def __init__(self, port: SerialLike, *, timeout_s: float = 1.0, retries: int = 2,
@@ -452,94 +538,173 @@ class BridgeLink:
             if not callable(getattr(port, attr, None)):
                 raise TypeError(f"BridgeLink: port must have read() and write() (a "
                                 f"serial.Serial), got {type(port).__name__}")
-        if not timeout_s > 0:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not 0 < timeout_s < float("inf"):
             raise ValueError(f"BridgeLink: timeout_s={timeout_s!r}; expected a positive number")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"BridgeLink: retries={retries!r}; expected an int >= 0")
+        if isinstance(quiet_s, bool) or not isinstance(quiet_s, (int, float)) \
+                or not 0 < quiet_s < float("inf"):
+            raise ValueError(f"BridgeLink: quiet_s={quiet_s!r}; expected a positive number")
         self.port = port
         self.timeout_s = float(timeout_s)
         self.retries = retries
-        self.quiet_s = quiet_s
+        self.quiet_s = float(quiet_s)
         self.name = name or str(getattr(port, "name", None) or getattr(port, "port", None)
                                 or type(port).__name__)
         self.board: BoardId | None = None
         self.attempts = 0
         self.failures = 0
         self._seq = 0
+        self._empty_at_once = 0
+
+    # ---- the port ------------------------------------------------------------------------
+    def _port_failed(self, doing: str, err: BaseException) -> PortError:
+        what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        return PortError(f"the connection to the board on {self.name} failed while {doing}: "
+                         f"{what}; check that the board is connected and powered, and that "
+                         f"no other program holds the port")
+
+    def _port_read(self, n: int, timeout_s: float, doing: str) -> bytes:
+        """One ``read(n)`` of the port with ``timeout_s``; a :class:`PortError` for an error of
+        the port, a reply that is not up to ``n`` bytes, or end of file."""
+        try:
+            self.port.timeout = timeout_s
+            start = time.monotonic()
+            data = self.port.read(n)
+        except _PORT_ERRORS as err:
+            raise self._port_failed(doing, err) from err
+        if data is None:  # a non-blocking raw stream with nothing to read
+            data = b""
+        if not isinstance(data, (bytes, bytearray)) or len(data) > n:
+            got = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray)) else \
+                f"a {type(data).__name__}"
+            raise PortError(f"the port {self.name} returned {got} to a read of {n} bytes "
+                            f"while {doing}; expected bytes, at most {n}")
+        if data or timeout_s < _EOF_MIN_TIMEOUT_S or time.monotonic() - start >= _EOF_AT_ONCE_S:
+            self._empty_at_once = 0
+        else:
+            self._empty_at_once += 1
+            if self._empty_at_once >= _EOF_READS:
+                self._empty_at_once = 0
+                raise PortError(f"the port {self.name} is at end of file: {_EOF_READS} reads in "
+                                f"a row returned no bytes at once, although each could wait up "
+                                f"to {timeout_s:.3g} s (while {doing}); expected a port that "
+                                f"waits for bytes: the connection was closed")
+        return bytes(data)
+
+    def _port_write(self, frame: bytes, req: Request) -> None:
+        doing = f"sending {req.describe()}"
+        try:
+            n = self.port.write(frame)
+        except _PORT_ERRORS as err:
+            raise self._port_failed(doing, err) from err
+        if isinstance(n, int) and not isinstance(n, bool) and n != len(frame):
+            raise PortError(f"the port {self.name} took {n} of the {len(frame)} bytes of "
+                            f"{req.describe()}; expected all of them")
 
     # ---- raw exchange ------------------------------------------------------------------
-    def _read(self, n: int, deadline: float) -> bytes:
+    def _read(self, n: int, deadline: float, doing: str) -> bytes:
+        """Up to ``n`` bytes, fewer if ``deadline`` (``time.monotonic()``) passes first."""
         buf = bytearray()
         while len(buf) < n:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            self.port.timeout = left
-            buf += self.port.read(n - len(buf))
+            buf += self._port_read(n - len(buf), left, doing)
         return bytes(buf)
 
-    def _drain(self) -> None:
-        """Discard input until the line has been quiet for ``quiet_s`` (at most
-        ``timeout_s``)."""
-        end = time.monotonic() + self.timeout_s
-        while time.monotonic() < end:
-            self.port.timeout = self.quiet_s
-            if not self.port.read(4096):
+    def _drain(self, end: float) -> tuple[int, bool]:
+        """Discard input until the line has been quiet for ``quiet_s``, or until ``end``;
+        the bytes discarded and whether the line went quiet."""
+        discarded = 0
+        quiet = False
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
                 break
+            got = self._port_read(4096, min(self.quiet_s, left),
+                                  "discarding input before a retry")
+            if not got:
+                quiet = True
+                break
+            discarded += len(got)
         reset = getattr(self.port, "reset_input_buffer", None)
         if callable(reset):
-            reset()
+            try:
+                reset()
+            except _PORT_ERRORS as err:
+                raise self._port_failed("discarding input before a retry", err) from err
+        return discarded, quiet
 
-    def _receive(self, req: Request, deadline: float) -> Response:
+    def _receive(self, req: Request, deadline: float, note: str = "") -> Response:
         """The response to ``req``: skips bytes before a SYNC and whole responses to earlier
         requests; raises ``NoResponse`` or a ``FrameError`` for a damaged response."""
         max_len = max(self.board.max_payload if self.board else MAX_PAYLOAD_LIMIT,
                       4 * ID_WORDS)
-        skipped = 0
+        doing = f"waiting for the response to {req.describe()}"
+        skipped = others = 0
+
+        def extra() -> str:
+            said = [f"{skipped} bytes without a sync byte arrived"] if skipped else []
+            if others:
+                said.append(f"{others} responses to other requests arrived")
+            return f" ({'; '.join(said + ([note] if note else []))})" if said or note else ""
+
         while True:
-            b = self._read(1, deadline)
+            b = self._read(1, deadline, doing)
             if not b:
-                extra = f" ({skipped} bytes without a sync byte arrived)" if skipped else ""
                 raise NoResponse(f"no response to {req.describe()} from the board on "
-                                 f"{self.name} within {self.timeout_s:g} s{extra}")
+                                 f"{self.name} within {self.timeout_s:g} s{extra()}")
             if b[0] != RESPONSE_SYNC:
                 skipped += 1
                 continue
-            head = b + self._read(RESPONSE_HEADER_BYTES - 1, deadline)
+            head = b + self._read(RESPONSE_HEADER_BYTES - 1, deadline, doing)
             if len(head) < RESPONSE_HEADER_BYTES:
                 raise TruncatedError(f"the response to {req.describe()} stopped after "
-                                     f"{len(head)} bytes ({_head(head)})")
+                                     f"{len(head)} bytes ({_head(head)}){extra()}")
             length = int.from_bytes(head[4:6], "little")
             if length % 4 or length > max_len:
                 raise LengthError(f"the response to {req.describe()} has length field "
                                   f"{length}; expected a multiple of 4 up to {max_len} "
                                   f"(header {_head(head)})")
-            rest = self._read(length + CRC_BYTES, deadline)
+            rest = self._read(length + CRC_BYTES, deadline, doing)
             frame = head + rest
             if len(rest) < length + CRC_BYTES:
                 raise TruncatedError(f"the response to {req.describe()} stopped after "
                                      f"{len(frame)} of {RESPONSE_HEADER_BYTES + length + 2} "
-                                     f"bytes ({_head(frame)})")
+                                     f"bytes ({_head(frame)}){extra()}")
             resp = decode_response(frame, max_len)
             if resp.status in LINK_STATUSES or resp.seq == req.seq:
                 return resp
-            # a late response to an earlier request (its SEQ differs): not ours
+            others += 1  # a late response to an earlier request (its SEQ differs): not ours
 
     def request(self, cmd: int, words: Sequence[int] = ()) -> tuple[int, ...]:
-        """Send one request (with retries) and return the words of its OK response."""
+        """Send one request (with retries) and return the words of its OK response, within
+        ``(1 + retries) * timeout_s`` (the class's "Time")."""
         self._seq = (self._seq + 1) & 0xFF
         req = Request(int(cmd), self._seq, tuple(words))
         frame = encode_request(req, self.board.max_payload if self.board else MAX_PAYLOAD_LIMIT)
+        budget_end = time.monotonic() + (1 + self.retries) * self.timeout_s
         last: Exception | None = None
-        for attempt in range(1 + self.retries):
-            if attempt:
+        tries = 0
+        while tries < 1 + self.retries:
+            start = time.monotonic()
+            if tries and start >= budget_end:
+                break
+            attempt_end = min(start + self.timeout_s, budget_end)
+            note = ""
+            if tries:
                 self.failures += 1
-                self._drain()
+                discarded, quiet = self._drain(min(start + self.timeout_s / 2, attempt_end))
+                if not quiet:
+                    note = (f"the line did not go quiet for {self.quiet_s:g} s before the "
+                            f"request was sent: {discarded} bytes discarded")
+            tries += 1
             self.attempts += 1
-            self.port.write(frame)
-            deadline = time.monotonic() + self.timeout_s
+            self._port_write(frame, req)
             try:
-                resp = self._receive(req, deadline)
+                resp = self._receive(req, attempt_end, note)
             except (FrameError, NoResponse) as err:
                 last = err
                 continue
@@ -557,35 +722,32 @@ class BridgeLink:
                 raise StatusError(f"the board on {self.name} refused {req.describe()} "
                                   f"{_args(req)}: {status_name(resp.status)} ({meaning})",
                                   resp.status, req)
+            want = response_words(req)
+            if len(resp.words) != want:
+                args = f" {_args(req)}" if _args(req) else ""
+                raise ResponseLengthError(
+                    f"the board on {self.name} answered {req.describe()}{args} with a payload "
+                    f"of the wrong length: {command_name(req.cmd)} response has "
+                    f"{_n_words(len(resp.words))}; expected {want} ({4 * len(resp.words)} bytes "
+                    f"received, {4 * want} expected)")
             return resp.words
         assert last is not None
-        n = 1 + self.retries
         hint = ("check that the board is programmed with the vtakit bitstream, connected to "
                 f"{self.name}, and that both sides use the same baud rate"
                 if isinstance(last, NoResponse) else
                 "the line corrupts frames: check the cable, the baud rate and the ground")
-        msg = f"{req.describe()} failed {n} time{'s' if n > 1 else ''}; last: {last}; {hint}"
+        msg = (f"{req.describe()} failed {tries} time{'s' if tries > 1 else ''}; last: {last}; "
+               f"{hint}")
         if isinstance(last, StatusError):
             raise StatusError(msg, last.status, req) from None
         raise type(last)(msg) from None
 
     # ---- commands ----------------------------------------------------------------------
     def ident(self) -> BoardId:
-        """The ID of the board (also remembered in :attr:`board`)."""
-        words = self.request(Command.ID)
-        try:
-            board = BoardId.from_words(words)
-        except LengthError as err:
-            raise ProtocolError(f"board on {self.name}: {err}") from None
-        if board.protocol_version != PROTOCOL_VERSION:
-            raise ProtocolError(f"the board on {self.name} speaks bridge protocol version "
-                                f"{board.protocol_version}; this host speaks "
-                                f"{PROTOCOL_VERSION}: rebuild the bitstream or update vtakit")
-        try:
-            check_max_payload(board.max_payload)
-        except ValueError as err:
-            raise ProtocolError(f"the board on {self.name} reports {err}") from None
-        self.board = board
+        """The ID of the board (also remembered in :attr:`board`), its fields checked
+        (:func:`check_board_id`: an :class:`IdError` for a value out of range)."""
+        board = BoardId.from_words(self.request(Command.ID))  # request() checked its length
+        self.board = check_board_id(board, f"the board on {self.name}")
         return board
 
     def _max_words(self) -> int:
@@ -622,11 +784,13 @@ class BridgeLink:
         for k in range(0, nbytes, step):
             n = min(step, nbytes - k) // 4
             words = self.request(Command.READ_MEM, (addr + k, n))
-            if len(words) != n:
-                raise ProtocolError(f"READ_MEM of {n} words at {addr + k:#x} from the board on "
-                                    f"{self.name} returned {len(words)} words")
+            assert len(words) == n  # request() checked the response's length
             out += _words_bytes("read", words)
         return bytes(out)
+
+
+def _n_words(n: int) -> str:
+    return f"{n} word" if n == 1 else f"{n} words"
 
 
 def _args(req: Request) -> str:

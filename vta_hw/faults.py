@@ -49,9 +49,12 @@ TOKEN_FAULTS = (("l2g", Fault.TOKENS_L2G), ("g2l", Fault.TOKENS_G2L), ("g2s", Fa
 
 def describe_fault(fault: int, cycles: int) -> str:
     """What the core's ``fault`` port / FAULT register says, in one message: the words the
-    ``rtl`` and ``fpga`` devices raise (``cycles``: the core's cycle count when ``done``
-    rose)."""
-    f = Fault(fault)
+    ``rtl``, ``pynq`` and ``fpga`` devices raise (``cycles``: the core's cycle count when
+    ``done`` rose). A register of 0 (a fault reported without a cause) and bits this host does
+    not know (a core of another ISA version) are said in words too."""
+    known = fault & ((1 << FAULT_BITS) - 1)
+    unknown = fault & ~((1 << FAULT_BITS) - 1)
+    f = Fault(known)
     parts = []
     if f & Fault.DEADLOCK:
         parts.append(f"deadlock detected at cycle {cycles}: no unit could make progress for "
@@ -66,4 +69,11 @@ def describe_fault(fault: int, cycles: int) -> str:
     if left:
         parts.append("run ended with tokens still in the dependency queues "
                      + ", ".join(left) + " (expected every push to be popped before FINISH)")
+    names = ", ".join(b.name or "" for b in Fault)
+    if unknown:
+        parts.append(f"unknown fault bits {unknown:#x} (expected only bits 0..{FAULT_BITS - 1}: "
+                     f"{names}; a core of another ISA version?)")
+    if not fault:
+        parts.append(f"fault register 0: the core reported a fault at cycle {cycles} without "
+                     f"a cause (expected at least one of the bits {names})")
     return "; ".join(parts) + f" (core fault register {fault:#04x})"

@@ -28,15 +28,20 @@ from vtakit.driver.device import DeviceInfo, HostMemoryDevice, RunResult
 from vtakit.driver.errors import DeadlockError, DeviceError
 from vtakit.driver.stream_check import StreamChecker
 from vtakit.vta_hw import isa
-from vtakit.vta_hw.bridge_protocol import BridgeLink, SerialLike
+from vtakit.vta_hw.bridge_protocol import BridgeLink, IdError, PortError, SerialLike
 from vtakit.vta_hw.config import PRESETS, HwConfig
 from vtakit.vta_hw.faults import Fault, describe_fault
 from vtakit.vta_hw.regmap import CTRL_DONE, CTRL_FAULT, CTRL_RESET, CTRL_START, CsrAddr
 
-__all__ = ["FpgaDevice", "FpgaStats", "DEFAULT_BAUD"]
+__all__ = ["FpgaDevice", "FpgaStats", "DEFAULT_BAUD", "MAX_MEM_BYTES"]
 
 #: The boards' line rate (``vtakit.boards.boards.Board.baud``).
 DEFAULT_BAUD = 1_000_000
+
+#: The most board memory the device shadows on the host (256 MiB; the boards here have at
+#: most 192 KiB, and reading 256 MiB through a 1 Mbaud line takes 45 minutes). A board that
+#: reports more is refused unless ``mem_bytes`` says how much of it to use.
+MAX_MEM_BYTES = 1 << 28
 
 CTRL, CYCLES, INSN_COUNT, INSN_ADDR, FAULT = (CsrAddr.CTRL, CsrAddr.CYCLES, CsrAddr.INSN_COUNT,
                                               CsrAddr.INSN_ADDR, CsrAddr.FAULT)
@@ -70,7 +75,10 @@ def _open_port(port: str | os.PathLike, baud: int, timeout_s: float) -> Any:
     except ImportError:
         raise ImportError("the fpga device needs pyserial: pip install 'vtakit[fpga]'") from None
     try:
-        return serial.serial_for_url(os.fspath(port), baudrate=baud, timeout=timeout_s)
+        # write_timeout: a stalled write (flow control, a socket nobody reads) is a
+        # SerialTimeoutException, which the link reports, not a hang
+        return serial.serial_for_url(os.fspath(port), baudrate=baud, timeout=timeout_s,
+                                     write_timeout=timeout_s)
     except (OSError, ValueError) as err:  # serial.SerialException is an OSError
         raise OSError(f"fpga device: cannot open port {os.fspath(port)!r} at {baud} baud: "
                       f"{err}") from err
@@ -90,13 +98,18 @@ class FpgaDevice(HostMemoryDevice):
     baud : int
         Line rate when opening ``port`` by name (the bitstream's rate).
     timeout_s : float
-        Longest wait for one response of the board; a request is tried ``1 + retries`` times
-        (after a damaged request or response, or no response), so a board that stopped
-        answering raises :class:`~vtakit.vta_hw.bridge_protocol.NoResponse`, a ``TimeoutError``,
-        within ``(1 + retries) * timeout_s``.
+        Time of one attempt of a request: a request is tried at most ``1 + retries`` times
+        (after a damaged request or response, or no response) and returns or raises within
+        ``(1 + retries) * timeout_s`` in all, however the board or the line behaves (a
+        monotonic deadline; a line that streams bytes forever does not extend it). A board
+        that stopped answering raises :class:`~vtakit.vta_hw.bridge_protocol.NoResponse`, a
+        ``TimeoutError``; a port that fails (pyserial's ``SerialException``, a closed or
+        disconnected port, end of file) :class:`~vtakit.vta_hw.bridge_protocol.PortError`.
+        Also the write timeout of a port opened here.
     retries : int
     mem_bytes : int | None
-        Device memory the driver allocates from (default: all the board reports; at most that).
+        Device memory the driver allocates from (default: all the board reports, which must
+        then be at most :data:`MAX_MEM_BYTES`; at most what the board reports).
     poll_interval_s : float
         Pause between two reads of CTRL while a run is going on.
 
@@ -130,18 +143,20 @@ class FpgaDevice(HostMemoryDevice):
             port, (str, os.PathLike)) else port
         try:
             self.link = BridgeLink(self._port, timeout_s=timeout_s, retries=retries, name=name)
-            self.board = self.link.ident()
+            self.board = self.link.ident()  # its fields in the protocol's ranges
             self._check_board(cfg)
-            size = 4 * self.board.mem_words
-            if mem_bytes is None:
-                mem_bytes = size
-            elif isinstance(mem_bytes, bool) or not isinstance(mem_bytes, int) \
-                    or not 0 < mem_bytes <= size:
-                raise ValueError(f"FpgaDevice: mem_bytes={mem_bytes!r}; the board on "
-                                 f"{self.link.name} has {size} bytes (expected 1..{size})")
+            mem_bytes = self._memory_size(cfg, mem_bytes)  # before anything is allocated
             super().__init__(cfg, mem_bytes)
-        except BaseException:
-            self.close()
+        except BaseException as err:
+            try:
+                self.close()
+            except PortError as close_err:
+                # the first error is the one to raise; the second goes with it (a note on
+                # Python 3.11+, the chained context before)
+                if hasattr(err, "add_note"):
+                    err.add_note(f"closing the port failed as well: {close_err}")
+                elif err.__context__ is None:
+                    err.__context__ = close_err
             raise
         words = (mem_bytes + 3) // 4
         self._stale = np.ones(words, dtype=bool)   # the board's copy is newer
@@ -161,6 +176,30 @@ class FpgaDevice(HostMemoryDevice):
             raise ValueError(f"fpga device spec {spec!r}: expected PORT or PORT@BAUD, e.g. "
                              f"'/dev/ttyUSB1' or 'socket://localhost:7777@115200'")
         return cls(cfg, port, **({"baud": int(rate)} if rate else {}), **kwargs)
+
+    def _memory_size(self, cfg: HwConfig, mem_bytes: int | None) -> int:
+        """The shadow's size: ``mem_bytes`` or the board's memory, checked against the
+        configuration (whole bus words) and :data:`MAX_MEM_BYTES`."""
+        words = self.board.mem_words
+        size = 4 * words
+        bus_words = max(cfg.bus_bytes // 4, 1)
+        if words % bus_words:
+            raise IdError(f"the board on {self.link.name} reports mem_words={words} (ID word "
+                          f"2); expected a multiple of {bus_words}: the configuration's memory "
+                          f"is whole {cfg.bus_bytes}-byte bus words")
+        if mem_bytes is None:
+            if size > MAX_MEM_BYTES:
+                raise IdError(f"the board on {self.link.name} reports mem_words={words} "
+                              f"({size} bytes); expected at most {MAX_MEM_BYTES // 4} words "
+                              f"({MAX_MEM_BYTES} bytes, the most the fpga device shadows): "
+                              f"pass mem_bytes= to use part of it")
+            return size
+        limit = min(size, MAX_MEM_BYTES)
+        if isinstance(mem_bytes, bool) or not isinstance(mem_bytes, int) \
+                or not 0 < mem_bytes <= limit:
+            raise ValueError(f"FpgaDevice: mem_bytes={mem_bytes!r}; the board on "
+                             f"{self.link.name} has {size} bytes (expected 1..{limit})")
+        return mem_bytes
 
     def _check_board(self, cfg: HwConfig) -> None:
         b = self.board
@@ -346,10 +385,15 @@ class FpgaDevice(HostMemoryDevice):
 
     # ---- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the port if the device opened it (idempotent)."""
+        """Close the port if the device opened it (idempotent); a
+        :class:`~vtakit.vta_hw.bridge_protocol.PortError` if closing fails."""
         port, self._port = getattr(self, "_port", None), None
-        if port is not None and self._own_port:
-            port.close()
+        if port is not None and getattr(self, "_own_port", False):
+            try:
+                port.close()
+            except (OSError, ValueError) as err:
+                raise PortError(f"fpga device: closing the port {getattr(port, 'name', port)} "
+                                f"failed: {type(err).__name__}: {err}") from err
 
     def __del__(self) -> None:
         try:
