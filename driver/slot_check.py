@@ -46,6 +46,9 @@ __all__ = ["SlotAccess", "check_confined"]
 
 Op, T = isa.Opcode, isa.MemType
 _UNITS = ("load", "compute", "store")
+# plain ints: the loops below compare them per instruction (an enum member's lookup is slow)
+_LOAD, _STORE, _UOP, _OUT = int(Op.LOAD), int(Op.STORE), int(T.UOP), int(T.OUT)
+_MEMORY_TYPES = frozenset(int(t) for t in T)
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,8 @@ def check_confined(program: Program, slots: Mapping[str, SlotAccess | int], what
     size = d["x_size"] * d["y_size"]
     moving = np.flatnonzero(mem & (size > 0))
     for i in moving.tolist():  # the element size below is the memory type's
-        m, store = int(mt[i]), int(op[i]) == Op.STORE
-        if m not in set(T) or (m == T.OUT) != store:
+        m, store = int(mt[i]), int(op[i]) == _STORE
+        if m not in _MEMORY_TYPES or (m == _OUT) != store:
             raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: expected a STORE of "
                              f"OUT or a LOAD of {', '.join(t.name for t in T if t != T.OUT)}")
     bare = [int(i) for i in moving if int(i) not in reloc_of]
@@ -122,43 +125,50 @@ def check_confined(program: Program, slots: Mapping[str, SlotAccess | int], what
                          f"dram_base {int(d['dram_base'][i])} with no relocation (expected "
                          f"exactly one relocation naming the slot it addresses)")
 
+    ops, mts = op.tolist(), mt.tolist()
+    xs, ys, strides = d["x_size"].tolist(), d["y_size"].tolist(), d["x_stride"].tolist()
     for i, k in sorted(reloc_of.items()):
         r = program.relocs[k]
-        where = f"{what}: instruction #{i} {_desc(d, i)}"
         a = access.get(r.slot)
         if a is None:
-            raise ValueError(f"{where}: names slot {r.slot!r}, which is neither bound nor one "
-                             f"of the program's constants (bound: "
-                             f"{', '.join(sorted(slots)) or 'none'})"[:600])
-        if int(mt[i]) not in set(T):
-            raise ValueError(f"{where}: memory_type {int(mt[i])} is not a memory type")
-        eb = cfg.elem_bytes(int(mt[i]))
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: names slot {r.slot!r}, "
+                             f"which is neither bound nor one of the program's constants "
+                             f"(bound: {', '.join(sorted(slots)) or 'none'})"[:600])
+        m, is_store = mts[i], ops[i] == _STORE
+        if m not in _MEMORY_TYPES:
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: memory_type {m} is not "
+                             f"a memory type")
+        eb = cfg.elem_bytes(m)
         if r.elem_bytes != eb:
-            raise ValueError(f"{where}: its relocation counts elements of {r.elem_bytes} "
-                             f"bytes; a {T(int(mt[i])).name} element is {eb} bytes")
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: its relocation counts "
+                             f"elements of {r.elem_bytes} bytes; a {T(m).name} element is "
+                             f"{eb} bytes")
         if r.elem_offset < 0:
-            raise ValueError(f"{where}: starts at element {r.elem_offset} of slot {r.slot!r} "
-                             f"(expected an element offset >= 0)")
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: starts at element "
+                             f"{r.elem_offset} of slot {r.slot!r} (expected an element offset "
+                             f">= 0)")
         is_const = r.slot in program.constants
-        is_store = int(op[i]) == Op.STORE
-        if is_const and (is_store or int(mt[i]) != T.UOP):
-            raise ValueError(f"{where}: addresses the program's micro-op constant "
-                             f"{r.slot!r} (expected only LOAD UOP to read it)")
-        if uops_from_constants and int(mt[i]) == T.UOP and not is_const and not is_store:
-            raise ValueError(f"{where}: reads micro-ops from slot {r.slot!r} (expected one of "
-                             f"the program's micro-op constants)")
+        if is_const and (is_store or m != _UOP):
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: addresses the "
+                             f"program's micro-op constant {r.slot!r} (expected only LOAD UOP "
+                             f"to read it)")
+        if uops_from_constants and m == _UOP and not is_const and not is_store:
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: reads micro-ops from "
+                             f"slot {r.slot!r} (expected one of the program's micro-op "
+                             f"constants)")
         if is_store and not a.writable:
-            raise ValueError(f"{where}: writes slot {r.slot!r}, which the stream may only "
-                             f"read (expected a STORE to reach output and scratch slots only)")
-        x, y, stride = int(d["x_size"][i]), int(d["y_size"][i]), int(d["x_stride"][i])
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: writes slot "
+                             f"{r.slot!r}, which the stream may only read (expected a STORE "
+                             f"to reach output and scratch slots only)")
+        x, y = xs[i], ys[i]
         if x == 0 or y == 0:
             continue
-        first = r.elem_offset * eb
-        end = (r.elem_offset + (y - 1) * stride + x) * eb
+        end = (r.elem_offset + (y - 1) * strides[i] + x) * eb
         if end > a.nbytes:
-            raise ValueError(f"{where}: bytes {first}..{end - 1} of slot {r.slot!r} leave "
-                             f"its {a.nbytes} bytes ({y} rows of {x} elements of {eb} B, "
-                             f"stride {stride}, from element {r.elem_offset})")
+            raise ValueError(f"{what}: instruction #{i} {_desc(d, i)}: bytes "
+                             f"{r.elem_offset * eb}..{end - 1} of slot {r.slot!r} leave its "
+                             f"{a.nbytes} bytes ({y} rows of {x} elements of {eb} B, stride "
+                             f"{strides[i]}, from element {r.elem_offset})")
 
     unset = {s for s, a in access.items() if not a.preset}
     if unset or check_tokens:
@@ -172,16 +182,16 @@ def _check_written_first(program: Program, d: isa.DecodedStream, mt: np.ndarray,
     if not unset:
         return
     store = _UNITS.index("store")
+    ops = d.opcode.tolist()
+    moves = (d["x_size"] * d["y_size"] > 0).tolist()
     first_store: dict[str, int] = {}
     for i, k in sorted(reloc_of.items()):
         slot = program.relocs[k].slot
-        if int(d.opcode[i]) == Op.STORE and slot in unset and slot not in first_store \
-                and int(d["x_size"][i]) * int(d["y_size"][i]) > 0:
+        if ops[i] == _STORE and slot in unset and slot not in first_store and moves[i]:
             first_store[slot] = position[i]
     for i, k in sorted(reloc_of.items()):
         slot = program.relocs[k].slot
-        if int(d.opcode[i]) != Op.LOAD or slot not in unset \
-                or int(d["x_size"][i]) * int(d["y_size"][i]) == 0:
+        if ops[i] != _LOAD or slot not in unset or not moves[i]:
             continue
         s = first_store.get(slot)
         if s is None:
@@ -208,11 +218,13 @@ def _clocks(d: isa.DecodedStream, mt: np.ndarray, what: str
     clock, the pusher included."""
     op = d.opcode
     n = len(op)
-    units = ["store" if op[i] == Op.STORE else
-             "load" if op[i] == Op.LOAD and int(mt[i]) in LOAD_UNIT_MEMORY_TYPES else "compute"
-             for i in range(n)]
-    flags = {f: d[f] for f in ("pop_prev", "pop_next", "push_prev", "push_next")}
-    queues = {u: [i for i in range(n) if units[i] == u] for u in _UNITS}
+    unit = np.full(n, _UNITS.index("compute"))
+    unit[(op == _LOAD) & np.isin(mt, [int(t) for t in LOAD_UNIT_MEMORY_TYPES])] = \
+        _UNITS.index("load")
+    unit[op == _STORE] = _UNITS.index("store")
+    units = [_UNITS[u] for u in unit.tolist()]
+    flags = {f: d[f].tolist() for f in ("pop_prev", "pop_next", "push_prev", "push_next")}
+    queues = {u: np.flatnonzero(unit == k).tolist() for k, u in enumerate(_UNITS)}
     position = [0] * n
     for q in queues.values():
         for p, i in enumerate(q):
