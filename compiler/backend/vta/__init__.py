@@ -29,7 +29,15 @@ from ...ir.graph import Graph
 from ...ir.ops import Node, Op, RequantAttrs
 from .. import PlanSection, register_backend
 from .codegen import LayerCode, barrier, emit_layer
-from .layers import AddLayer, ConvLayer, Layer, PoolLayer, find_layers, node_dims
+from .layers import (
+    AddLayer,
+    ConvLayer,
+    Layer,
+    PoolLayer,
+    find_layers,
+    node_dims,
+    operand_dims,
+)
 from .requant import RequantProgram, requant_program
 from .schedule import (
     ConvSchedule,
@@ -228,8 +236,7 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
 
     def act(node: Node, operand: Any = None) -> str:
         if id(node) not in act_slot:
-            dims = (operand.n, operand.c, operand.h, operand.w) if operand is not None \
-                and operand.im2col else node_dims(node, cfg)
+            dims = operand_dims(operand, cfg) if operand is not None else node_dims(node, cfg)
             assert dims is not None
             act_slot[id(node)] = alloc(f"a{len(act_slot)}", act_shape(cfg, *dims), "int8", False)
         return act_slot[id(node)]

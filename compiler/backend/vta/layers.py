@@ -35,7 +35,7 @@ from ...ir.ops import ConvAttrs, Node, Op, PoolAttrs, RequantAttrs
 MAX_PAD = 15  # the LOAD's 4-bit padding fields
 
 __all__ = ["Layer", "ConvLayer", "PoolLayer", "AddLayer", "Operand", "find_layers", "node_dims",
-           "MAX_PAD"]
+           "operand_dims", "MAX_PAD"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,17 @@ def node_dims(n: Node, cfg: HwConfig) -> tuple[int, int, int, int] | None:
     if m % cfg.batch:
         return None
     return cfg.batch, n.shape[-1], m // cfg.batch, 1
+
+
+def operand_dims(x: Operand, cfg: HwConfig) -> tuple[int, int, int, int]:
+    """The (N, C, H, W) of the device buffer a layer reads operand `x` from: an im2col input's
+    patches (``C*KH*KW`` channels at the output's H x W, which the runtime packs from the host
+    value); any other operand its node's value (`node_dims`)."""
+    if x.im2col:
+        return x.n, x.c, x.h, x.w
+    dims = node_dims(x.node, cfg)
+    assert dims is not None  # find_layers takes only values the accelerator holds
+    return dims
 
 
 @dataclass

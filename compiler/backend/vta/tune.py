@@ -23,6 +23,12 @@ strides and padding, and per requantisation program its immediate and per-channe
 table rows; not the weight or constant values. With ``VtaOptions.tuning_log`` set, `compile`
 takes the logged schedule of every layer whose key and configuration hash match (a later line
 wins over an earlier one), and the analytic choice for the others.
+
+The log is data from a file: reading it checks every field of every record against a strict
+schema (`_RecordSchema`: no missing or unknown field, integers where integers are due and no
+NaN, Infinity, boolean or float in their place, every integer within int64) and refuses
+anything else, JSON nested too deeply or an integer too long to convert included, with a
+`ValueError` naming the file, the line, the field, what it holds and what was expected.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import dataclasses
 import json
 import math
 import os
+import re
+import reprlib
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,18 +53,29 @@ from vtakit.driver.session import DeviceArray, Session
 from vtakit.vta_hw.config import HwConfig
 
 from ...ir.graph import Graph
-from ...ir.ops import Node
 from .codegen import LayerCode, emit_layer
-from .layers import ConvLayer, Layer, PoolLayer, find_layers, node_dims
+from .layers import ConvLayer, Layer, PoolLayer, find_layers, operand_dims
 from .requant import RequantProgram
-from .schedule import NoSchedule, Schedule, candidates, fits, schedule_from_json
+from .schedule import (
+    ConvSchedule,
+    NoSchedule,
+    RowSchedule,
+    Schedule,
+    candidates,
+    fits,
+    schedule_from_json,
+)
 
-__all__ = ["LOG_VERSION", "layer_key", "TuneRecord", "TuningLog", "read_log", "simulate",
-           "tune_layer", "tune_graph", "tune_model", "TuneReport", "spearman"]
+__all__ = ["LOG_VERSION", "layer_key", "TuneRecord", "TuningLog", "read_log", "buffer_shapes",
+           "simulate", "tune_layer", "tune_graph", "tune_model", "TuneReport", "spearman"]
 
 LOG_VERSION = 1
 _FIELDS = ("version", "key", "config_hash", "layer", "schedule", "predicted_cycles",
-           "simulated_cycles")
+           "simulated_cycles", "analytic", "candidates", "searched")
+_MAX_INT = (1 << 63) - 1  # every integer of a record is an int64 (numpy, the cycle counters)
+_SCHEDULE_OF = {"conv2d": ConvSchedule, "dense": ConvSchedule, "max_pool": RowSchedule,
+                "avg_pool": RowSchedule, "add": RowSchedule}  # a layer kind's tiling class
+_HASH = re.compile(r"[0-9a-f]{8}")  # HwConfig.hash
 
 
 def layer_key(L: Layer, rqs: Sequence[RequantProgram]) -> dict[str, Any]:
@@ -115,43 +134,233 @@ class TuneRecord:
                 "simulated_cycles": self.simulated_cycles, "analytic": self.analytic,
                 "candidates": [list(c) for c in self.candidates], "searched": self.searched}
 
+    def __post_init__(self) -> None:
+        if not self.analytic:  # no analytic pick recorded: the kept schedule stands for it
+            self.analytic = {"schedule": dict(self.schedule),
+                             "predicted_cycles": self.predicted_cycles,
+                             "simulated_cycles": self.simulated_cycles}
+
     @classmethod
     def from_json(cls, d: Any, where: str) -> TuneRecord:
-        """A record from its JSON object; `ValueError` prefixed with `where` (file, line)."""
-        def bad(what: str) -> ValueError:
-            return ValueError(f"{where}: {what} (expected a tuning record: one JSON object per "
-                              f"line with {', '.join(_FIELDS)})")
+        """A record from its parsed JSON object, every field checked against the schema (see
+        `_RecordSchema`); `ValueError` prefixed with `where` (file, line) naming the field,
+        what it holds and what was expected."""
+        return _RecordSchema(where).record(d)
 
+
+def _show(v: Any) -> str:
+    """`v` for an error message, short whatever it is (a huge integer, a deep nest, a long
+    string), with JSON's names for the constants Python's json reads."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"{'true' if v else 'false'} (a boolean)"
+    if isinstance(v, int):
+        return repr(v) if abs(v) <= _MAX_INT else f"an integer of {v.bit_length()} bits"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        return ("-Infinity" if v < 0 else "Infinity") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return f"the string {_REPR.repr(v)}"
+    return _REPR.repr(v)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring = 3, 6, 6, 40
+_REPR.maxlong = _REPR.maxother = 40
+
+
+class _RecordSchema:
+    """The tuning record's schema, checked field by field without recursion (so no nest a file
+    holds can overflow the stack)::
+
+        version           1 (an integer; ``true`` is not one)
+        key               kind: "conv2d" | "dense" | "max_pool" | "avg_pool" | "add";
+                          inputs: [[N, C, H, W]] (two for an add), output: [N, C, H, W]
+                          (integers >= 1); kernel, strides: [KH, KW] (>= 1), pads: [4 ints
+                          >= 0], all three for every kind but add; requant (optional): a
+                          non-empty list of {imm_steps, row_steps, rows} (>= 0)
+        config_hash       8 lower-case hex digits (`HwConfig.hash`)
+        layer             a string
+        schedule          the kind's tiling (`ConvSchedule` / `RowSchedule` fields, those
+                          without a default required), integers >= 1
+        predicted_cycles, simulated_cycles   integers >= 1
+        analytic          {schedule, predicted_cycles, simulated_cycles} as above
+        candidates        a list of [schedule, predicted_cycles, simulated_cycles] as above
+        searched          an integer >= 0
+
+    No other field, every integer at most 2**63-1, and no float (not even 3.0), NaN or
+    Infinity where an integer is due.
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, got: Any, want: str) -> ValueError:
+        return ValueError(f"{self.where}: {path} is {_show(got)}; expected {want}")
+
+    def fields(self, v: Any, path: str, required: Sequence[str], optional: Sequence[str] = ()
+               ) -> dict[str, Any]:
+        """`v` as an object with every `required` field and no other than the `optional`."""
+        want = ", ".join(required) + (f" and optionally {', '.join(optional)}" if optional
+                                      else "")
+        if not isinstance(v, dict):
+            raise self.fail(path, v, f"an object with {want}")
+        missing = [f for f in required if f not in v]
+        extra = [f for f in v if f not in required and f not in optional]
+        if missing or extra:
+            what = [f"no {', '.join(map(repr, missing))}"] if missing else []
+            if extra:
+                what.append(f"the unknown field{'s' if len(extra) > 1 else ''} "
+                            f"{', '.join(_REPR.repr(f) for f in extra[:4])}"
+                            + (" ..." if len(extra) > 4 else ""))
+            raise ValueError(f"{self.where}: {path} has {' and '.join(what)} (expected an "
+                             f"object with {want})")
+        return v
+
+    def integer(self, v: Any, path: str, lo: int) -> int:
+        if type(v) is not int or not lo <= v <= _MAX_INT:  # type(): a bool is an int too
+            raise self.fail(path, v, f"an integer from {lo} to 2**63-1")
+        return v
+
+    def ints(self, v: Any, path: str, n: int, lo: int, what: str) -> list[int]:
+        if not isinstance(v, list) or len(v) != n:
+            raise self.fail(path, v, f"a list of {n} integers >= {lo} ({what})")
+        return [self.integer(x, f"{path}[{i}]", lo) for i, x in enumerate(v)]
+
+    def string(self, v: Any, path: str, want: str = "a string",
+               pattern: re.Pattern[str] | None = None) -> str:
+        if not isinstance(v, str) or (pattern is not None and not pattern.fullmatch(v)):
+            raise self.fail(path, v, want)
+        return v
+
+    def key(self, v: Any) -> dict[str, Any]:
+        kinds = f"one of {', '.join(map(repr, _SCHEDULE_OF))}"
+        kind = self.fields(v, "key", ("kind", "inputs", "output"),
+                           ("kernel", "strides", "pads", "requant"))["kind"]
+        if not isinstance(kind, str) or kind not in _SCHEDULE_OF:
+            raise self.fail("key.kind", kind, kinds)
+        windowed = ("kernel", "strides", "pads") if kind != "add" else ()
+        self.fields(v, f"key (of {kind!r})", ("kind", "inputs", "output") + windowed,
+                    ("requant",))
+        if windowed:
+            self.ints(v["kernel"], "key.kernel", 2, 1, "KH, KW")
+            self.ints(v["strides"], "key.strides", 2, 1, "SH, SW")
+            self.ints(v["pads"], "key.pads", 4, 0, "top, left, bottom, right")
+        n_in = 2 if kind == "add" else 1
+        ins = v["inputs"]
+        if not isinstance(ins, list) or len(ins) != n_in:
+            raise self.fail("key.inputs", ins, f"a list of {n_in} [N, C, H, W] (of {kind!r})")
+        for i, x in enumerate(ins):
+            self.ints(x, f"key.inputs[{i}]", 4, 1, "N, C, H, W")
+        self.ints(v["output"], "key.output", 4, 1, "N, C, H, W")
+        if "requant" in v:
+            rqs = v["requant"]
+            if not isinstance(rqs, list) or not rqs:
+                raise self.fail("key.requant", rqs, "a non-empty list of {imm_steps, "
+                                "row_steps, rows}")
+            for i, r in enumerate(rqs):
+                for f, x in self.fields(r, f"key.requant[{i}]",
+                                        ("imm_steps", "row_steps", "rows")).items():
+                    self.integer(x, f"key.requant[{i}].{f}", 0)
+        return v
+
+    def schedule(self, v: Any, path: str, kind: str) -> dict[str, int]:
+        """A tiling of the layer kind's class: the fields `schedule_from_json` takes."""
+        cls = _SCHEDULE_OF[kind]
+        fs = dataclasses.fields(cls)
+        required = [f.name for f in fs if f.default is dataclasses.MISSING]
+        optional = [f.name for f in fs if f.default is not dataclasses.MISSING]
+        v = self.fields(v, f"{path} (a {cls.__name__})", required, optional)
+        return {f: self.integer(x, f"{path}.{f}", 1) for f, x in v.items()}
+
+    def record(self, d: Any) -> TuneRecord:
         if not isinstance(d, dict):
-            raise bad(f"a JSON {type(d).__name__}, not an object")
+            raise ValueError(f"{self.where}: a JSON {_json_type(d)}, not an object (expected a "
+                             f"tuning record: one JSON object per line with "
+                             f"{', '.join(_FIELDS)})")
+        version = d.get("version")
+        if type(version) is int and version != LOG_VERSION:  # before the fields: they may differ
+            raise ValueError(f"{self.where}: tuning-log version {_show(version)}; expected "
+                             f"version {LOG_VERSION}, the one this vtakit reads (re-run the "
+                             f"tuning)")
         missing = [f for f in _FIELDS if f not in d]
         if missing:
-            raise bad(f"no {', '.join(repr(m) for m in missing)}")
-        if d["version"] != LOG_VERSION:
-            raise ValueError(f"{where}: tuning-log version {d['version']!r}; this vtakit reads "
-                             f"version {LOG_VERSION} (re-run the tuning)")
-        if not isinstance(d["key"], dict) or not isinstance(d["key"].get("kind"), str):
-            raise bad(f"'key' is {d['key']!r}, not an object with a 'kind'")
-        if not isinstance(d["config_hash"], str) or not isinstance(d["layer"], str):
-            raise bad("'config_hash' and 'layer' must be strings")
-        sch = d["schedule"]
-        if not isinstance(sch, dict) or not sch or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sch.values()):
-            raise bad(f"'schedule' is {sch!r}, not an object of positive integers")
-        for f in ("predicted_cycles", "simulated_cycles"):
-            if not isinstance(d[f], (int, float)) or isinstance(d[f], bool):
-                raise bad(f"{f!r} is {d[f]!r}, not a number")
-        cands = d.get("candidates", [])
-        if not isinstance(cands, list) or not all(
-                isinstance(c, list) and len(c) == 3 and isinstance(c[0], dict) for c in cands):
-            raise bad("'candidates' must be a list of [schedule, predicted, simulated]")
-        analytic = d.get("analytic", {})
-        if not isinstance(analytic, dict):
-            raise bad("'analytic' must be an object")
-        return cls(d["key"], d["config_hash"], d["layer"], dict(sch), int(d["predicted_cycles"]),
-                   int(d["simulated_cycles"]), analytic,
-                   [(dict(c[0]), int(c[1]), int(c[2])) for c in cands],
-                   int(d.get("searched", 0)))
+            raise ValueError(f"{self.where}: no {', '.join(repr(m) for m in missing)} (expected "
+                             f"a tuning record: one JSON object per line with "
+                             f"{', '.join(_FIELDS)})")
+        self.fields(d, "the record", _FIELDS)
+        if type(version) is not int:
+            raise self.fail("version", version, f"the integer {LOG_VERSION}")
+        key = self.key(d["key"])
+        kind = key["kind"]
+        config_hash = self.string(d["config_hash"], "config_hash",
+                                  "8 lower-case hex digits (HwConfig.hash)", _HASH)
+        layer = self.string(d["layer"], "layer")
+        sch = self.schedule(d["schedule"], "schedule", kind)
+        predicted = self.integer(d["predicted_cycles"], "predicted_cycles", 1)
+        simulated = self.integer(d["simulated_cycles"], "simulated_cycles", 1)
+        a = self.fields(d["analytic"], "analytic",
+                        ("schedule", "predicted_cycles", "simulated_cycles"))
+        analytic = {"schedule": self.schedule(a["schedule"], "analytic.schedule", kind),
+                    "predicted_cycles": self.integer(a["predicted_cycles"],
+                                                     "analytic.predicted_cycles", 1),
+                    "simulated_cycles": self.integer(a["simulated_cycles"],
+                                                     "analytic.simulated_cycles", 1)}
+        triple = "[schedule, predicted_cycles, simulated_cycles]"
+        if not isinstance(d["candidates"], list):
+            raise self.fail("candidates", d["candidates"], f"a list of {triple}")
+        cands = []
+        for i, c in enumerate(d["candidates"]):
+            if not isinstance(c, list) or len(c) != 3:
+                raise self.fail(f"candidates[{i}]", c, triple)
+            cands.append((self.schedule(c[0], f"candidates[{i}][0]", kind),
+                          self.integer(c[1], f"candidates[{i}][1]", 1),
+                          self.integer(c[2], f"candidates[{i}][2]", 1)))
+        searched = self.integer(d["searched"], "searched", 0)
+        return TuneRecord(key, config_hash, layer, sch, predicted, simulated, analytic, cands,
+                          searched)
+
+
+def _json_type(v: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+             type(None): "null"}
+    return names.get(type(v), type(v).__name__)
+
+
+class _Repeated(ValueError):
+    """A JSON object naming a field twice (json would keep the last one silently)."""
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _Repeated(f"the field {_REPR.repr(k)} twice in one object (expected each "
+                                f"field once)")
+            seen.add(k)
+    return d
+
+
+def _parse(text: str, where: str) -> Any:
+    """One line of a log as JSON; `ValueError` naming `where` for anything json refuses or
+    cannot hold (a nest deeper than the stack, an integer of more digits than Python converts,
+    a field named twice)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_repeats)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: not a tuning record (JSON nested too deeply to read; "
+                         f"expected a record, whose fields nest 4 levels at most)") from None
+    except _Repeated as e:
+        raise ValueError(f"{where}: {e}") from None
+    except ValueError as e:  # an integer literal of more digits than Python converts
+        raise ValueError(f"{where}: not a tuning record ({e}; expected integers up to "
+                         f"2**63-1)") from None
 
 
 class TuningLog:
@@ -219,11 +428,7 @@ class TuningLog:
             if not text.strip():
                 continue
             where = f"tuning log {p}, line {n}"
-            try:
-                d = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-            rec = TuneRecord.from_json(d, where)
+            rec = TuneRecord.from_json(_parse(text, where), where)
             rec.line = n
             log.add(rec)
         return log
@@ -233,6 +438,8 @@ class TuningLog:
         p = os.fspath(path if path is not None else self.path or "")
         if not p:
             raise ValueError("TuningLog.save: no path (the log was not read from a file)")
+        for i, r in enumerate(self.records, 1):  # what is written reads back
+            TuneRecord.from_json(r.to_json(), f"TuningLog.save({p}): record {i} ({r.layer!r})")
         folder = os.path.dirname(os.path.abspath(p))
         mode = os.stat(p).st_mode & 0o777 if os.path.exists(p) else 0o644
         fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".jsonl", dir=folder)
@@ -269,12 +476,18 @@ def read_log(path: str | os.PathLike[str]) -> TuningLog:
 _READ: dict[str, tuple[tuple[str, int, int], TuningLog]] = {}
 
 
+def buffer_shapes(L: Layer, cfg: HwConfig) -> list[tuple[int, ...]]:
+    """The packed shapes of layer `L`'s input buffers and then its output buffer, as `compile`
+    allocates them (an im2col input as its patches, not its host value: `operand_dims`)."""
+    return [act_shape(cfg, *operand_dims(x, cfg)) for x in L.inputs + [L.out]]
+
+
 def simulate(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwConfig,
              seed: int = 0) -> tuple[int, np.ndarray]:
     """Cycles of layer `L` with tiling `s` as a stream of its own on a fresh `SimDevice`
     (inputs random int8 from `seed`, the layer's real weights and constants), and the packed
     output it leaves. A fresh device places the buffers alike for every schedule."""
-    shapes = [act_shape(cfg, *_dims(x.node, cfg)) for x in L.inputs + [L.out]]
+    shapes = buffer_shapes(L, cfg)
     weight = pack_conv_weights(L.weight, cfg) if isinstance(L, ConvLayer) else None
     need = sum(int(np.prod(sh)) for sh in shapes) + sum(r.table.nbytes for r in rqs) + (
         0 if weight is None else weight.nbytes)
@@ -298,18 +511,19 @@ def simulate(L: Layer, s: Schedule, rqs: Sequence[RequantProgram], cfg: HwConfig
         return cycles, arrays["out"].numpy().copy()
 
 
-def _dims(n: Node, cfg: HwConfig) -> tuple[int, int, int, int]:
-    dims = node_dims(n, cfg)
-    assert dims is not None  # find_layers took only values the accelerator holds
-    return dims
+def _check_top_k(top_k: Any) -> None:
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool)):
+        raise TypeError(f"tune: top_k={top_k!r} (a {type(top_k).__name__}); expected an int "
+                        f">= 1 or None (all tilings)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"tune: top_k={top_k}; expected an int >= 1 or None (all tilings)")
 
 
 def tune_layer(L: Layer, rqs: Sequence[RequantProgram], cfg: HwConfig, top_k: int | None = 6
                ) -> TuneRecord:
     """Simulate the `top_k` tilings of `L` the analytic model ranks best (all with None) and
     keep the fastest (the analytic pick on a tie). `NoSchedule` if none fits."""
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"tune: top_k={top_k}; expected an int >= 1 or None (all tilings)")
+    _check_top_k(top_k)
     ranked = candidates(L, rqs, cfg)
     tried: list[tuple[Schedule, int, int]] = []
     reference: np.ndarray | None = None
@@ -477,6 +691,7 @@ def tune_model(model: Any, *, config: str | HwConfig | dict = "default",
     from ...pipeline import optimize
     from . import resolve_config
 
+    _check_top_k(top_k)  # before any work
     cfg = resolve_config(config)
     existing = None
     if log is not None and os.path.exists(log):

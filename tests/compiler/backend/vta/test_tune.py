@@ -81,14 +81,15 @@ def test_log_round_trip(tuned, layers):
 
 def test_tuning_again_merges_into_the_log(tmp_path, tuned, calib):
     path = tmp_path / "merged.jsonl"
-    other = TuneRecord({"kind": "conv2d", "inputs": [[1, 1, 2, 2]]}, "other-hash", "x",
-                       {"toh": 1, "tow": 1, "tob": 1, "tib": 1, "threads": 1}, 10, 12)
+    other = TuneRecord({"kind": "conv2d", "inputs": [[1, 1, 2, 2]], "output": [1, 1, 2, 2],
+                        "kernel": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0]}, "0badf00d",
+                       "x", {"toh": 1, "tow": 1, "tob": 1, "tib": 1, "threads": 1}, 10, 12)
     first = TuningLog.load(tuned[0])
     TuningLog(str(path), [other] + first.records).save()
     tune_model(digits.load_model(), calib=calib, log=path, top_k=1)
     merged = TuningLog.load(path)
     assert len(merged.records) == 7  # the other configuration's record kept, none doubled
-    assert merged.records[0].config_hash == "other-hash"
+    assert merged.records[0].config_hash == "0badf00d"
     assert all(len(r.candidates) == 1 for r in merged.records[1:])
 
 
@@ -160,10 +161,13 @@ def _write(path, lines):
     (["GOOD", "{not json"], r", line 2: not JSON \(Expecting property name"),
     (["[1, 2]"], r", line 1: a JSON list, not an object"),
     (["DROP:schedule"], r", line 1: no 'schedule' \(expected a tuning record"),
-    (["SET:version=7"], r", line 1: tuning-log version 7; this vtakit reads version 1"),
-    (["SET:schedule={'toh': 0}"], r", line 1: 'schedule' is \{'toh': 0\}, not an object of"),
+    (["SET:version=7"], r", line 1: tuning-log version 7; expected version 1, the one"),
+    (["SET:schedule={'toh': 0, 'tow': 8, 'tob': 1, 'tib': 1}"],
+     r", line 1: schedule\.toh is 0; expected an integer from 1 to 2\*\*63-1$"),
     (["", "SET:schedule={'toh': 64, 'tow': 64}"],
-     r", line 2: layer 'conv3x3_0' \(conv2d\): schedule .* is not a ConvSchedule"),
+     r", line 2: schedule \(a ConvSchedule\) has no 'tob', 'tib' \(expected an object with "
+     r"toh, tow, tob, tib and optionally threads, order\)$"),
+    (["SET:version=True"], r", line 1: version is true \(a boolean\); expected the integer 1$"),
     (["SET:schedule={'toh': 8, 'tow': 8, 'tob': 1, 'tib': 1, 'threads': 3}"],
      r", line 1: schedule .* of layer 'conv3x3_0' does not fit the buffers"),
 ])
@@ -246,7 +250,9 @@ def test_a_repeated_layer_shape_is_tuned_once(calib):
     assert (a.layer, b.layer) == ("fc_3", "fc_7") and a.key == b.key
     assert a.schedule == b.schedule and "same" in report.table()
     with pytest.raises(ValueError, match=r"top_k=0; expected an int >= 1 or None"):
-        tune_model(m, calib=[np.zeros((1, 64), np.float32)], top_k=0)
+        tune_model(m, calib=[np.ones((1, 64), np.float32)], top_k=0)
+    with pytest.raises(TypeError, match=r"top_k=2\.0 \(a float\); expected an int >= 1"):
+        tune_model(m, calib=[np.ones((1, 64), np.float32)], top_k=2.0)  # type: ignore[arg-type]
     assert math.isnan(spearman([1, 2], [2, 1]))
 
 
