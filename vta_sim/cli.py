@@ -18,7 +18,9 @@ __all__ = ["sim_command"]
 @click.option("--cycle-limit", type=click.IntRange(min=0), default=DEFAULT_CYCLE_LIMIT,
               show_default=True,
               help="Fail after this many cycles (0: no limit). The default is far above any "
-                   "legitimate run (a ResNet-18 region takes about 10^7 cycles).")
+                   "legitimate run (a ResNet-18 region takes about 10^7 cycles). With "
+                   "--no-timing, an instruction with which one unit's instructions would take "
+                   "longer (by their closed-form cycles) is refused before it runs.")
 def sim_command(image: str, no_timing: bool, trace: str | None, cycle_limit: int) -> None:
     """Run the instruction stream saved in IMAGE (a RunImage .npz) on the simulator."""
     img = RunImage.load(image)

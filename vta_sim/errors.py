@@ -13,13 +13,18 @@ from collections.abc import Mapping
 
 __all__ = ["SimError", "SimDeadlock", "SimCycleLimit", "SimTimeout", "ExecFault",
            "format_insn", "DeviceError", "DeadlockError", "CycleLimitError",
-           "DEFAULT_CYCLE_LIMIT"]
+           "DEFAULT_CYCLE_LIMIT", "RAISE_CYCLE_LIMIT"]
 
 #: The cycle limit of ``vtakit sim`` and the ``sim`` device unless they are given another: 2^32
 #: cycles (about 43 s of a 100 MHz core). The largest legitimate runs are far below it (a
 #: ResNet-18 region takes about 10^7 cycles, 400x less), while a corrupt instruction that would
 #: take longer (a loop of 2^40 micro-ops) is refused at once instead of being simulated.
 DEFAULT_CYCLE_LIMIT = 1 << 32
+
+#: How to raise the limit, the end of every cycle-limit message.
+RAISE_CYCLE_LIMIT = ("if the run is meant to take this long, raise the limit: cycle_limit= of "
+                     "Simulator.run or SimDevice (None: no limit), or --cycle-limit of vtakit "
+                     "sim (0: no limit)")
 
 
 def format_insn(insn: Mapping[str, int] | None) -> str:
@@ -55,7 +60,8 @@ class SimDeadlock(SimError):
 
 
 class SimCycleLimit(SimError):
-    """The run did not finish within the ``cycle_limit`` it was given."""
+    """The run did not finish within the ``cycle_limit`` it was given (a functional run: one
+    unit's instructions would take longer, by their closed-form durations)."""
 
 
 class SimTimeout(SimError, TimeoutError):

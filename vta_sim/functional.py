@@ -7,57 +7,60 @@ compute executed FINISH, every load and store instruction is ordered before FINI
 and nothing is left; otherwise it fails with the timed model's error class. Command-queue
 depths are not modelled here (fetch has dispatched the whole stream).
 
-``cycle_limit`` is enforced through a lower bound: a unit executes its instructions one after
-another, each for at least its closed-form duration (a transfer for at least its beats), so a
-unit whose durations add up past the limit would make the timed run exceed it too.
+``cycle_limit`` is enforced through a lower bound, in the timed model's unit (cycles): a unit
+executes its instructions one after another, each for at least its closed-form duration
+(:func:`.work.stream_min_cycles`: a GEMM or ALU loop for its micro-op iterations, a transfer
+for its beats), so a unit whose durations add up past the limit makes the timed run exceed it
+too.
+The sums are taken over the whole stream before it runs (numpy, one pass), and the instruction
+that takes its unit past the limit is refused before it executes; nothing of its size is
+computed or allocated.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from functools import partial
 
 import numpy as np
 
 from vtakit.vta_hw.config import HwConfig
 from vtakit.vta_hw.isa import MemType, Opcode
-from vtakit.vta_hw.timing_facts import (
-    NOP_CYCLES,
-    TOKEN_POPS,
-    TOKEN_PUSHES,
-    alu_cycles,
-    gemm_cycles,
-    n_uops,
-    pad_elems,
-)
+from vtakit.vta_hw.timing_facts import TOKEN_POPS, TOKEN_PUSHES, n_uops
 
-from . import memory, semantics
+from . import semantics
 from .deadline import Deadline
-from .errors import ExecFault, SimCycleLimit, SimDeadlock, SimError
+from .errors import RAISE_CYCLE_LIMIT, ExecFault, SimCycleLimit, SimDeadlock, SimError
 from .program import COMPUTE_UNIT, LOAD_UNIT, STORE_UNIT, Program
 from .state import ArchState
 from .stats import SimStats
 from .timing import EXEC_UNITS, check_finish_order, check_tokens
+from .work import describe_work, min_cycles, stream_cost
 
 __all__ = ["run_functional", "min_cycles"]
 
+#: Limits below this are checked with int64 sums; larger ones (2^61 cycles are 730 years of a
+#: 100 MHz core) with Python ints.
+_INT64_SAFE_LIMIT = 1 << 61
 
-def min_cycles(cfg: HwConfig, insn: dict[str, int]) -> int:
-    """A lower bound on the cycles ``insn`` occupies its unit (docs/timing.md §4); call it on a
-    checked instruction (its transfer is in range, so its rows are few)."""
-    op = insn["opcode"]
-    if op == Opcode.GEMM:
-        return gemm_cycles(n_uops(insn))
-    if op == Opcode.ALU:
-        return alu_cycles(n_uops(insn), bool(insn["use_imm"]))
-    if op in (Opcode.LOAD, Opcode.STORE) and insn["x_size"]:
-        eb = cfg.elem_bytes(insn["memory_type"])
-        beats = 0
-        if insn["y_size"]:
-            starts = memory.row_starts(insn["dram_base"], insn["y_size"], insn["x_stride"], eb)
-            beats = memory.total_beats(starts, insn["x_size"] * eb, cfg.bus_bytes)
-        return max(NOP_CYCLES, beats + (pad_elems(insn) if op == Opcode.LOAD else 0))
-    return NOP_CYCLES
+
+def _limit_stops(cfg: HwConfig, prog: Program, queues: Mapping[str, list[int]],
+                 cycle_limit: int) -> tuple[dict[str, int], dict[str, np.ndarray]]:
+    """Per unit, the position in its queue of the instruction that takes the unit past
+    ``cycle_limit`` (the queue's length if none does), and the unit's running sums (exact up
+    to that one)."""
+    cost = stream_cost(cfg, prog)
+    if cycle_limit < _INT64_SAFE_LIMIT:
+        cost = np.minimum(cost, cycle_limit + 1)  # every sum up to the first past the limit
+    else:                                         # is then at most 2 * limit + 1 < 2^63
+        cost = cost.astype(object)  # Python ints: exact whatever the limit (slower)
+    stops, sums = {}, {}
+    for u, q in queues.items():
+        sums[u] = np.cumsum(cost[q]) if q else np.zeros(0, np.int64)
+        over = sums[u] > cycle_limit  # later sums may wrap: only the first True counts
+        stops[u] = int(over.argmax()) if over.any() else len(q)
+    return stops, sums
 
 
 def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Program,
@@ -74,7 +77,10 @@ def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Prog
                                                                         "s2g")}
     clock = {u: [0, 0, 0] for u in units}
     pending: dict[str, list[str]] = {u: [] for u in units}  # pushes of the last instruction
-    busy = dict.fromkeys(units, 0)
+    stop = {u: len(q) for u, q in queues.items()}  # the instruction the limit refuses
+    sums: dict[str, np.ndarray] = {}
+    if cycle_limit is not None:
+        stop, sums = _limit_stops(cfg, prog, queues, cycle_limit)
     depth = cfg.dep_queue_depth
     finish_clock: list[int] | None = None
     moved = True
@@ -103,12 +109,10 @@ def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Prog
                     deadline.check(k)
                 try:
                     semantics.check(state, dram, insn)
-                    busy[u] += min_cycles(cfg, insn)
-                    if cycle_limit is not None and busy[u] > cycle_limit:
-                        raise SimCycleLimit(
-                            f"cycle limit {cycle_limit} exceeded: the {u} unit's instructions "
-                            f"up to this one take at least {busy[u]} cycles (expected the run "
-                            f"to finish within the limit)", k, insn)
+                    if pos[u] == stop[u]:
+                        assert cycle_limit is not None
+                        _raise_limit(cfg, u, k, insn, cycle_limit,
+                                     int(sums[u][pos[u] - 1]) if pos[u] else 0, pos[u])
                     semantics.execute(state, dram, insn, None if deadline is None
                                       else partial(deadline.check, k))
                 except ExecFault as err:
@@ -127,6 +131,20 @@ def run_functional(cfg: HwConfig, state: ArchState, dram: np.ndarray, prog: Prog
                               for u in (LOAD_UNIT, STORE_UNIT)}, None)
     check_tokens({t: len(v) + sum(t in p for p in pending.values())
                   for t, v in tokens.items()}, prog)
+
+
+def _raise_limit(cfg: HwConfig, unit: str, k: int, insn: dict[str, int], cycle_limit: int,
+                 before: int, n_before: int) -> None:
+    """Refuse instruction ``k``: ``unit``'s ``n_before`` earlier instructions take at least
+    ``before`` cycles, and with this one the unit passes ``cycle_limit``."""
+    total = before + min_cycles(cfg, insn)
+    earlier = (f"; with the {unit} unit's {n_before} earlier instruction"
+               f"{'s' if n_before != 1 else ''} (at least {before} cycles), at least {total}"
+               if n_before else "")
+    raise SimCycleLimit(
+        f"cycle limit {cycle_limit} exceeded (functional run; refused before it executes): "
+        f"this instruction alone takes {describe_work(cfg, insn)}{earlier} (expected the run "
+        f"to finish within the limit; {RAISE_CYCLE_LIMIT})", k, insn)
 
 
 def _raise_deadlock(prog: Program, queues: dict[str, list[int]], pos: dict[str, int],

@@ -11,6 +11,7 @@ import numpy as np
 
 from vtakit.vta_hw.config import HwConfig, check_saved_config
 
+from .errors import DEFAULT_CYCLE_LIMIT
 from .simulator import Simulator
 from .stats import SimStats
 
@@ -90,7 +91,7 @@ class RunImage:
         return cls(cfg=stored, dram=dram, insn_addr=insn_addr, insn_count=insn_count,
                    description=description)
 
-    def run(self, *, timing: bool = True, cycle_limit: int | None = None,
+    def run(self, *, timing: bool = True, cycle_limit: int | None = DEFAULT_CYCLE_LIMIT,
             trace: str | os.PathLike | None = None) -> tuple[SimStats, Simulator]:
         """Run on a fresh simulator over a copy of the DRAM; returns the statistics and the
         simulator (its ``dram`` and ``state`` hold the results)."""

@@ -47,10 +47,14 @@ class Program:
         Decoded fields of each instruction (its own layout's fields plus ``kind``).
     unit : list[str]
         The unit each instruction is dispatched to (``"load"``, ``"compute"``, ``"store"``).
+    fields : isa.DecodedStream | None
+        The same fields as one int64 array per field name (0 where an instruction's kind has
+        no such field), for closed forms over the whole stream; ``None`` if not kept.
     """
 
     insns: list[dict[str, int]]
     unit: list[str]
+    fields: isa.DecodedStream | None = None
 
 
 def _unit_of(op: int, mt: int) -> str:
@@ -123,4 +127,4 @@ def decode_program(raw: np.ndarray, cfg: HwConfig) -> Program:
         k = finishes[0] + 1
         raise SimError(f"instruction after FINISH (FINISH is #{finishes[0]}; expected FINISH "
                        f"to be the last of the {n} instructions)", k, insns[k])
-    return Program(insns, unit)
+    return Program(insns, unit, ds)

@@ -314,6 +314,16 @@ def _write(state: ArchState, rows: np.ndarray | slice, values: np.ndarray) -> No
     state.out[rows] = values.astype(np.int8)  # low 8 bits: truncation, not saturation
 
 
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows of the 2-D ``a``, the index of each row among them), in some order.
+    Rows compare as byte strings: ``np.unique(axis=0)`` builds a structured dtype of one field
+    per column, seconds for one row of a 2^18-iteration piece."""
+    a = np.ascontiguousarray(a)
+    keys = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel()
+    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    return a[first], inv.ravel()
+
+
 def _gemm_sums(state: ArchState, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """(rows, sums): the distinct ``dst`` rows and, for each, the int64 sum of every
@@ -335,8 +345,7 @@ def _gemm_sums(state: ArchState, dst: np.ndarray, src: np.ndarray, wgt: np.ndarr
         ft = np.float32 if g * cfg.block_in <= 1024 else np.float64
         s2 = src[order].reshape(d, g)
         w2 = wgt[order].reshape(d, g)
-        seqs, inv = np.unique(w2, axis=0, return_inverse=True)
-        inv = inv.ravel()
+        seqs, inv = _unique_rows(w2)
         if seqs.shape[0] * 4 <= d:
             out = np.empty((d, cfg.batch, cfg.block_out), ft)
             by_seq = np.argsort(inv, kind="stable")
@@ -678,7 +687,7 @@ def alu(state: ArchState, insn: Insn, tick: Tick | None = None) -> None:
     """
     if n_uops(insn) <= LOOP_CHUNK_ITERATIONS:
         lp = _loop(state, insn, state.cfg.acc_depth, "ACC")
-        _alu_rows(state, insn, lp.dst, lp.src, lp)
+        _alu_rows(state, insn, lp.dst, lp.src, lp, tick)
         return
     _check_loop(state, insn, state.cfg.acc_depth, "ACC")
     io = insn["iter_out"]
@@ -687,7 +696,7 @@ def alu(state: ArchState, insn: Insn, tick: Tick | None = None) -> None:
     def one_pass(n_out: int) -> None:
         for outer, inner in _pieces(insn, n_out):
             dst, src, _ = loop_indices(state, insn, state.cfg.acc_depth, "ACC", outer, inner)
-            _alu_rows(state, insn, dst, src, None)
+            _alu_rows(state, insn, dst, src, None, tick)
             if tick is not None:
                 tick()
 
@@ -696,9 +705,7 @@ def alu(state: ArchState, insn: Insn, tick: Tick | None = None) -> None:
         return
     # Every outer iteration is the same function F of the ACC rows it writes (the rows it
     # only reads are never written). The state after k passes determines everything after.
-    rows = np.unique(np.concatenate([
-        loop_indices(state, insn, state.cfg.acc_depth, "ACC", outer, inner)[0]
-        for outer, inner in _pieces(insn, 1)]))
+    rows = _rows_of_one_outer_iteration(state, insn)
     seen: dict[bytes, int] = {}
     k = 0
     while k < io:
@@ -713,10 +720,30 @@ def alu(state: ArchState, insn: Insn, tick: Tick | None = None) -> None:
         k += 1
 
 
+def _rows_of_one_outer_iteration(state: ArchState, insn: Insn) -> np.ndarray:
+    """The distinct ACC rows one outer iteration of a range-checked GEMM/ALU loop writes:
+    ``d[u] + j * dst_factor_in``, in closed form (a 134e6-iteration outer loop has at most
+    ``acc_depth`` of them, and when ``dst_factor_in > 0`` at most ``acc_depth`` values of
+    ``j``)."""
+    d, _, _ = isa.decode_uops(state.uop[insn["uop_bgn"]:insn["uop_end"]], state.cfg)
+    d = np.unique(d)
+    fi = insn["dst_factor_in"]
+    if fi == 0:
+        return d
+    # in range: d.max() + (iter_in - 1) * fi < acc_depth, so iter_in <= acc_depth
+    return np.unique(d[:, None] + fi * np.arange(insn["iter_in"], dtype=np.int64)[None, :])
+
+
+#: The sequential path of an ALU loop calls ``tick`` once per this many vector steps (a
+#: dependent chain of 2^18 iterations takes seconds, one step each).
+TICK_STEPS = 256
+
+
 def _alu_rows(state: ArchState, insn: Insn, dst: np.ndarray, src: np.ndarray,
-              lp: _Loop | None) -> None:
+              lp: _Loop | None, tick: Tick | None = None) -> None:
     """:func:`alu` over the iterations ``dst``/``src`` (all of them, or one piece);
-    ``lp`` is the cached analysis when they are the whole loop."""
+    ``lp`` is the cached analysis when they are the whole loop; ``tick`` is called every
+    :data:`TICK_STEPS` steps of a sequential evaluation."""
     if dst.size == 0:
         return
     if lp is None:
@@ -744,7 +771,11 @@ def _alu_rows(state: ArchState, insn: Insn, dst: np.ndarray, src: np.ndarray,
             return
     start, n = 0, dst.size
     window = n
+    steps = 0
     while start < n:
+        steps += 1
+        if tick is not None and not steps % TICK_STEPS:
+            tick()
         stop = min(n, start + window)
         d = dst[start:stop]
         s = None if use_imm else src[start:stop]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 
 import numpy as np
@@ -11,6 +12,7 @@ from vtakit.vta_hw import isa
 from vtakit.vta_hw.config import HwConfig
 
 from .deadline import Deadline
+from .errors import DEFAULT_CYCLE_LIMIT
 from .functional import run_functional
 from .program import decode_program
 from .state import ArchState
@@ -56,7 +58,8 @@ class Simulator:
         self.state = ArchState.zeros(cfg)
 
     def run(self, insn_addr: int, insn_count: int, *, timing: bool = True,
-            cycle_limit: int | None = None, trace: str | os.PathLike | None = None,
+            cycle_limit: int | None = DEFAULT_CYCLE_LIMIT,
+            trace: str | os.PathLike | None = None,
             timeout_s: float | None = None) -> SimStats:
         """Execute ``insn_count`` instructions starting at byte address ``insn_addr`` of DRAM.
 
@@ -65,11 +68,16 @@ class Simulator:
         time to draw). ``trace`` names a Chrome-trace / Perfetto JSON file to write, one track
         per unit and one for the memory port (written even when the run fails).
 
-        ``cycle_limit`` (``None``: no limit) fails the run once it passes that cycle; the
-        functional model fails it when one unit's instructions alone would take longer.
+        ``cycle_limit`` (default :data:`~vtakit.vta_sim.errors.DEFAULT_CYCLE_LIMIT`, 2^32;
+        ``None``: no limit) fails the run once it passes that cycle
+        (:class:`~vtakit.vta_sim.errors.SimCycleLimit`). The functional model counts the same
+        cycles in closed form, as a lower bound (:mod:`vtakit.vta_sim.work`): it refuses,
+        before executing it, the instruction with which one unit's instructions would take
+        longer than the limit, so whatever it refuses the timed model refuses too.
         ``timeout_s`` (``None``: none) abandons the run after that many wall-clock seconds
         (:class:`~vtakit.vta_sim.errors.SimTimeout`, a ``TimeoutError``), checked between
-        instructions, every few thousand timing events and between the pieces of a long loop.
+        instructions, every few thousand timing events, between the pieces of a long loop and
+        every few hundred steps of a dependent chain within one.
         Every instruction is range-checked before it is timed or executed, and a loop's work
         and memory are bounded by its own iterations, so neither limit needs memory to act.
 
@@ -87,8 +95,14 @@ class Simulator:
         if end > self.dram.size:
             raise ValueError(f"instruction stream [{insn_addr:#x}, {end:#x}) lies outside DRAM "
                              f"of {self.dram.size:#x} bytes")
+        if cycle_limit is not None and (isinstance(cycle_limit, bool)
+                                        or not isinstance(cycle_limit, numbers.Integral)):
+            raise TypeError(f"cycle_limit={cycle_limit!r}: expected an int or None, got "
+                            f"{type(cycle_limit).__name__}")
         if cycle_limit is not None and cycle_limit < 0:
             raise ValueError(f"cycle_limit={cycle_limit}: expected a non-negative int or None")
+        if cycle_limit is not None:
+            cycle_limit = int(cycle_limit)
         prog = decode_program(self.dram[insn_addr:end], self.cfg)
         deadline = Deadline(timeout_s, prog.insns) if timeout_s is not None else None
         stats = SimStats(timing=timing, macs_per_cycle=self.cfg.macs_per_cycle)

@@ -26,7 +26,7 @@ from vtakit.vta_hw.timing_facts import (
 )
 
 from .deadline import Deadline
-from .errors import SimCycleLimit, SimDeadlock, SimError
+from .errors import RAISE_CYCLE_LIMIT, SimCycleLimit, SimDeadlock, SimError
 from .program import COMPUTE_UNIT, EXEC_UNITS, LOAD_UNIT, STORE_UNIT, Program
 from .state import ArchState
 from .stats import SimStats
@@ -34,6 +34,7 @@ from .units.execute import unit
 from .units.fetch import fetch
 from .units.kernel import CmdQueue, Kernel, Proc, TokenQueue
 from .units.port import MemoryPort
+from .work import describe_work
 
 # The timing contract's constants and closed forms are vta_hw.timing_facts's, re-exported here
 # for users of the simulator's cycle model.
@@ -127,9 +128,12 @@ class TimedRun:
 
     def _raise_limit(self, limit: int) -> None:
         k = self._blamed()
+        insn = self.prog.insns[k] if k is not None else None
+        alone = f"; #{k} alone takes {describe_work(self.cfg, insn)}" if insn is not None else ""
         raise SimCycleLimit(
-            f"cycle limit {limit} reached before FINISH completed ({self._describe_units()})",
-            k, self.prog.insns[k] if k is not None else None)
+            f"cycle limit {limit} reached before FINISH completed ({self._describe_units()}"
+            f"{alone}; expected the run to finish within the limit; {RAISE_CYCLE_LIMIT})",
+            k, insn)
 
     def _check_end(self) -> None:
         for name in (LOAD_UNIT, STORE_UNIT):

@@ -27,7 +27,9 @@ class SimDevice(HostMemoryDevice):
         Stop a run that has not finished after this many cycles (``CycleLimitError``);
         ``None`` for no limit. The default, :data:`vtakit.vta_sim.DEFAULT_CYCLE_LIMIT`
         (2^32), is 400x a ResNet-18 region (about 10^7 cycles) and refuses at once a corrupt
-        instruction that would run for longer.
+        instruction that would run for longer. With ``timing=False`` the same limit holds, on
+        the instructions' closed-form cycles (a lower bound of the timed count): an
+        instruction that would take its unit past it is refused before it executes.
     trace : str | os.PathLike | None
         Write a Chrome-trace/Perfetto timeline of every run to this path (the last run wins).
 
