@@ -1,17 +1,25 @@
 """The ``vtakit`` command line.
 
 A user's mistake (a file that cannot be read or is not what the command takes, a model the
-compiler rejects, an input of the wrong shape) prints one line ``Error: ...`` on stderr and exits
-with status 2, as click's usage errors do; ``vtakit --debug`` or ``VTAKIT_DEBUG=1`` prints the
-traceback before that line. Status 1 is kept for a run that worked but whose result is wrong
-(``compare`` and ``demo`` finding outputs that differ, the simulator's device errors, a failed
-synthesis).
+compiler rejects, an input of the wrong shape, an optional package that is not installed)
+prints one line ``Error: ...`` on stderr and exits with status 2, as click's usage errors do; an
+error about a file names the file. A device that failed (the simulator's or a board's
+`DeviceError`, a board whose bridge broke the protocol: `ProtocolError`, no answer) prints one
+line too and exits with status 1, as does a run that worked but whose result is wrong
+(``compare`` and ``demo`` finding outputs that differ, a failed synthesis). ``vtakit --debug``
+or ``VTAKIT_DEBUG=1`` prints the traceback before that line. Anything else is a bug and keeps
+its traceback. A warning of the project's own (a `QuantizationWarning`) is one line
+``Warning: ...``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,32 +96,74 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
+class DeviceFailure(click.ClickException):
+    """A device that could not run what it was given: ``Error: MESSAGE``, exit status 1."""
+
+    exit_code = 1
+
+
 def _input_errors() -> tuple[type[BaseException], ...]:
     """What bad input raises: the project's errors (ValueError subclasses for the compiler,
-    runtime and configuration; the simulator's and the driver's own), and what reading a bad
-    file raises (OSError, ValueError, TypeError, EOFError from numpy on an empty file, a zip
-    that is not one, JSON or protobuf nested past the recursion limit)."""
+    runtime and configuration; the driver's own), and what reading a bad file raises (OSError,
+    ValueError, TypeError, OverflowError from a number too large for what it sets, EOFError
+    from numpy on an empty file, a zip that is not one, JSON or protobuf nested past the
+    recursion limit)."""
     from vtakit.driver.memory import OutOfDeviceMemory
+
+    return (OSError, ValueError, TypeError, OverflowError, EOFError, RecursionError,
+            zipfile.BadZipFile, OutOfDeviceMemory)
+
+
+def _device_errors() -> tuple[type[BaseException], ...]:
+    """What a failed device raises: the device contract's errors (`DeviceError`, derived from
+    the simulator's `SimError`) and the UART bridge's `ProtocolError` (a damaged or missing
+    answer, a status other than OK; `NoResponse` is also a `TimeoutError`)."""
+    from vtakit.vta_hw.bridge_protocol import ProtocolError
     from vtakit.vta_sim.errors import SimError
 
-    return (OSError, ValueError, TypeError, EOFError, RecursionError, zipfile.BadZipFile,
-            SimError, OutOfDeviceMemory)
+    return (SimError, ProtocolError)
 
 
-def _one_line(err: BaseException) -> str:
+def _missing_package(err: BaseException) -> bool:
+    """An optional package that is not installed: the ImportError a gate of the project raises
+    itself (``raise ImportError("... pip install X ...")``, STYLE.md), not one of the import
+    system's (which name a module: a broken install or a bug, kept as a traceback)."""
+    return (type(err) is ImportError and err.name is None and err.path is None
+            and "pip install" in str(err))
+
+
+def _one_line(err: BaseException, files: tuple[str, ...] = ()) -> str:
     """err's message on one line; what kind of failure it was where the message alone does not
-    say (an OSError's file, an EOFError)."""
+    say (an OSError's file, an EOFError). An OSError that names no file names `files`, the
+    files of the command that failed."""
     text = " ".join(str(err).split())
     if isinstance(err, OSError) and err.strerror:
-        where = err.filename if err.filename is not None else ""
-        return f"{where}: {err.strerror}" if where else err.strerror
+        # The system's own error (errno, strerror): its file, else the command's files (a full
+        # disk's write names none). The project's OSErrors say what they are about themselves.
+        where = os.fsdecode(err.filename) if err.filename is not None else (
+            files[0] if len(files) == 1 else f"one of {', '.join(files)}" if files else "")
+        what = " ".join(err.strerror.split())
+        return f"{where}: {what}" if where else what
     if isinstance(err, EOFError):
         return f"a file ended before its data did ({text or 'EOFError'})"
     if isinstance(err, RecursionError):
         return f"input nested too deeply to read ({text})"
     if isinstance(err, zipfile.BadZipFile):
         return f"not a valid zip archive ({text})"
+    if isinstance(err, OverflowError):
+        return f"a number too large ({text})"
     return text or type(err).__name__
+
+
+@contextmanager
+def _writing(path: Any) -> Iterator[None]:
+    """An OSError while `path` is written names it (a full disk's ``write`` does not)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            err.filename = os.fspath(path)
+        raise
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -127,27 +177,74 @@ def _debug(ctx: click.Context) -> bool:
         return True
 
 
+_FILES = "vtakit.files"  # ctx.meta: the file arguments of the command that runs
+
+
+class _Command(click.Command):
+    """A command that records its file arguments (click.Path) for the error line of an
+    OSError that names no file."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        files: list[str] = []
+        for p in self.params:
+            value = ctx.params.get(p.name or "")
+            if isinstance(p.type, click.Path) and value is not None:
+                files += [os.fspath(v) for v in (value if isinstance(value, tuple) else (value,))]
+        ctx.meta[_FILES] = tuple(files)
+        return super().invoke(ctx)
+
+
+class _Group(click.Group):
+    command_class = _Command
+
+
+@contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """The project's warnings as one line ``Warning: ...`` on stderr; others as before."""
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+            if category.__module__.startswith("vtakit."):
+                click.echo(f"Warning: {' '.join(str(message).split())}", err=True)
+            else:
+                previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 class _Main(click.Group):
     """The top-level group: every command's bad-input errors become an `InputError` (one line,
-    exit 2), after their traceback when debugging; anything else (a bug) keeps its traceback.
-    A command that raises an `InputError` itself (to name the file) chains it `from` the error
-    it reports, whose traceback debugging shows."""
+    exit 2) and its device errors a `DeviceFailure` (one line, exit 1), after their traceback
+    when debugging; anything else (a bug) keeps its traceback. A command that raises an
+    `InputError` itself (to name the file) chains it `from` the error it reports, whose
+    traceback debugging shows."""
+
+    command_class = _Command
+    group_class = _Group
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except InputError as err:
+            with _one_line_warnings():
+                return super().invoke(ctx)
+        except (InputError, DeviceFailure) as err:
             if _debug(ctx) and err.__cause__ is not None:
                 _echo_traceback(err.__cause__)
             raise
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as err:
-            if not isinstance(err, _input_errors()):
+            if isinstance(err, _device_errors()):
+                cls: type[click.ClickException] = DeviceFailure
+            elif isinstance(err, _input_errors()) or _missing_package(err):
+                cls = InputError
+            else:
                 raise
             if _debug(ctx):
                 _echo_traceback(err)
-            raise InputError(_one_line(err)) from err
+            raise cls(_one_line(err, ctx.meta.get(_FILES, ()))) from err
 
 
 def _echo_traceback(err: BaseException) -> None:
@@ -231,7 +328,8 @@ def hw_verilog(config: HwConfig, output: Path) -> None:
     from vtakit.vta_hw.synth import verilog
 
     text = verilog(config)
-    output.write_text(text)
+    with _writing(output):
+        output.write_text(text)
     click.echo(f"wrote {output} ({len(text.splitlines())} lines, top module vta_core, "
                f"config {config.bitstream_name} hash {config.hash})")
 
@@ -378,10 +476,11 @@ def disasm(file: Path, config: HwConfig, uops: bool) -> None:
         click.echo(line)
 
 
-def _config_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _config_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A configuration kept as given (the compiler resolves it again), checked here so that an
-    unknown preset or a bad file is a usage error that lists the presets."""
-    resolve_config(value)
+    unknown preset or a bad file is a usage error that lists the presets or names the file."""
+    if value is not None:
+        resolve_config(value)
     return value
 
 
@@ -594,6 +693,7 @@ def _quant_options(mode_flag: str, *, calib_required: bool) -> Any:
               help="The CPU code's LLVM target triple: this machine by default, 'aarch64' "
                    "for 64-bit ARM Linux (cross-compiled).")
 @click.option("--config", "hw_config", default=None, metavar="NAME|FILE.json",
+              callback=_config_name,
               help="The accelerator's configuration (--target vta; same as --option "
                    "config=...): a preset or a JSON file.")
 @click.option("--tuning-log", default=None, type=click.Path(dir_okay=False),
@@ -611,7 +711,7 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
     """Compile an ONNX model into one artifact file (plan, weights, each backend's code)."""
     from vtakit.compiler.compile import compile_model
     from vtakit.compiler.errors import InvalidModelError, UnsupportedError
-    from vtakit.compiler.quantize import QuantOptions
+    from vtakit.compiler.quantize import QuantizationWarning, QuantOptions
 
     if quantize and calib is None:
         raise click.BadParameter("--quantize needs calibration data", param_hint="--calib")
@@ -632,12 +732,15 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
         opts.update(cpu_opts)
         cpu_opts = None
     try:
-        art = compile_model(model, target=target, options=opts or None, cpu_options=cpu_opts,
-                            threads=threads, batch_size=batch_size, quantize=qopts,
-                            calib=calib)
+        with warnings.catch_warnings():  # the report's table below ends with them
+            warnings.simplefilter("ignore", QuantizationWarning)
+            art = compile_model(model, target=target, options=opts or None,
+                                cpu_options=cpu_opts, threads=threads, batch_size=batch_size,
+                                quantize=qopts, calib=calib)
     except (UnsupportedError, InvalidModelError) as err:
         raise InputError(f"{model}: {err}") from err
-    art.save(output)
+    with _writing(output):
+        art.save(output)
     if art.quantization is not None:
         click.echo(art.quantization.table())
     m = art.manifest
@@ -649,7 +752,8 @@ def compile_cmd(model: Path, target: str, options: tuple[str, ...], triple: str 
 @main.command("tune")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--config", "hw_config", default="default", show_default=True,
-              metavar="NAME|FILE.json", help="The accelerator's configuration.")
+              metavar="NAME|FILE.json", callback=_config_name,
+              help="The accelerator's configuration.")
 @click.option("--calib", type=click.Path(exists=True, path_type=Path), default=None,
               help="Calibration data (.npz or a directory of .npy) to quantise with; without "
                    "it the model must already be quantised (QDQ).")
@@ -688,17 +792,26 @@ def quantize_cmd(model: Path, calib: Path, output: Path, quant_mode: str, observ
 
     from vtakit.compiler.errors import InvalidModelError, UnsupportedError
     from vtakit.compiler.frontend.onnx import import_onnx
-    from vtakit.compiler.quantize import QuantOptions, RequantError, quantize_graph
+    from vtakit.compiler.quantize import (
+        QuantizationWarning,
+        QuantOptions,
+        RequantError,
+        quantize_graph,
+    )
     from vtakit.compiler.quantize.qdq import to_qdq
 
     try:
         g = import_onnx(model)
-        _, report = quantize_graph(g, calib, QuantOptions(
-            mode=quant_mode, observer=observer, keep_float=keep_float, min_sqnr_db=min_sqnr))
+        with warnings.catch_warnings():  # the report's table below ends with them
+            warnings.simplefilter("ignore", QuantizationWarning)
+            _, report = quantize_graph(g, calib, QuantOptions(
+                mode=quant_mode, observer=observer, keep_float=keep_float,
+                min_sqnr_db=min_sqnr))
         qdq = to_qdq(report, name=model.stem)
     except (UnsupportedError, InvalidModelError, RequantError) as err:
         raise InputError(f"{model}: {err}") from err
-    onnx.save(qdq, output)
+    with _writing(output):
+        onnx.save(qdq, output)
     click.echo(report.table())
     click.echo(f"wrote {output} ({output.stat().st_size // 1024} KiB, QDQ, opset "
                f"{max(o.version for o in qdq.opset_import if o.domain in ('', 'ai.onnx'))})")
@@ -779,7 +892,8 @@ def _run_artifact(ex: Any, feeds: dict[str, Any], output: Path | None, profile: 
         click.echo(f"vta ({device}): {cycles:,} cycles = {cycles / cfg.clock_mhz:.1f} us at "
                    f"{cfg.clock_mhz} MHz")
     if output is not None:
-        np.savez(output, **dict(zip(ex.output_names, outs)))
+        with _writing(output):
+            np.savez(output, **dict(zip(ex.output_names, outs)))
         click.echo(f"wrote {output}")
     if profile:
         for name, op, backend, ms in ex.profile():

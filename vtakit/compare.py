@@ -16,6 +16,7 @@ Perfetto / Chrome trace of one accelerator run, ``sim`` device only). ``vtakit c
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -237,7 +238,10 @@ class CompareReport:
         return {"format": "vtakit.compare", "version": 1, **asdict(self)}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        """The report as strict JSON (RFC 8259): a NaN or infinite number (a difference
+        between outputs that overflowed, a ratio over zero samples) is written as ``null``,
+        as a figure that does not apply is, never as a ``NaN`` / ``Infinity`` literal."""
+        return json.dumps(_finite(self.to_dict()), indent=2, allow_nan=False)
 
     def agreement_line(self) -> str:
         """The int8-CPU vs accelerator verdict, loud when they differ."""
@@ -304,6 +308,18 @@ class CompareReport:
         parts = [self.summary_table(), "", self.layer_table()]
         parts += [f"note: {n}" for n in self.notes]
         return "\n".join(parts)
+
+
+def _finite(obj: Any) -> Any:
+    """`obj` (JSON-able: dicts, lists, numbers, strings) with every NaN or infinite float
+    replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _pct(v: float | None) -> str:
@@ -802,7 +818,13 @@ def _write_files(report: CompareReport, out: Path, plan: Any, inputs: Sequence[_
     report.files["plot"] = str(plot)
     path = out / "report.json"
     report.files["report"] = str(path)
-    path.write_text(report.to_json() + "\n")
+    text = report.to_json() + "\n"
+    try:
+        path.write_text(text)
+    except OSError as err:  # a full disk's write names no file
+        if err.filename is None:
+            err.filename = str(path)
+        raise
 
 
 def plot_layers(report: CompareReport, path: str | os.PathLike) -> None:

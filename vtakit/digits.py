@@ -6,7 +6,10 @@ It is the project's built-in real model (for int8 calibration and the accelerato
 - ``digits_cnn.onnx``: opset 13, input ``input`` of shape N×1×8×8 float32, output ``logits``
   of shape N×10;
 - ``digits_test.npz``: the 360 test images, ``x`` uint8 N×8×8 raw pixels 0..16, ``y`` uint8;
-- ``digits_calib.npz``: 64 training images in the same format, for calibration.
+- ``digits_calib.npz``: 64 training images for calibration, already in the model's input
+  format, so that ``vtakit compile digits_cnn.onnx --quantize --calib digits_calib.npz`` takes
+  it as it is: ``input`` float32 N×1×8×8 (``preprocess`` of the raw pixels, keyed by the
+  model's input name), and their labels ``y`` uint8.
 
 The network sees ``preprocess(raw) = raw / 16`` as float32 N×1×8×8. Retrain with
 ``python -m vtakit.digits train [-o DIR]`` (needs scikit-learn); nothing here trains or
@@ -69,9 +72,10 @@ def test_split() -> tuple[np.ndarray, np.ndarray]:
 
 
 def calibration_set() -> np.ndarray:
-    """The shipped calibration images (from the training split), preprocessed."""
+    """The shipped calibration images (from the training split), preprocessed (float32
+    N×1×8×8, as the file holds them)."""
     with np.load(DATA_DIR / "digits_calib.npz") as f:
-        return preprocess(f["x"])
+        return f["input"]
 
 
 # The network: layers with hand-written forward and backward passes. A layer keeps what its
@@ -375,7 +379,8 @@ def train_and_export(out_dir: Path, *, epochs: int = 12, seed: int = 0,
     onnx.save(model, out_dir / "digits_cnn.onnx")
     np.savez_compressed(out_dir / "digits_test.npz", x=x_test, y=y_test)
     calib = np.random.default_rng(seed).choice(len(x_train), CALIB_SIZE, replace=False)
-    np.savez_compressed(out_dir / "digits_calib.npz", x=x_train[calib], y=y_train[calib])
+    np.savez_compressed(out_dir / "digits_calib.npz", input=preprocess(x_train[calib]),
+                        y=y_train[calib])
     log(f"wrote digits_cnn.onnx, digits_test.npz, digits_calib.npz to {out_dir}")
     return accuracy
 

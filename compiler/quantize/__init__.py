@@ -11,6 +11,7 @@ accelerator ALU's operations (`requant`); the observers and the data formats are
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from .requant import MODES, RequantError
 from .rewrite import LayerReport, Rewriter
 
 __all__ = ["QuantOptions", "QuantReport", "LayerReport", "quantize_graph", "load_calibration",
-           "RequantError", "sqnr_db"]
+           "RequantError", "QuantizationWarning", "sqnr_db"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class QuantReport:
     output_sqnr_db: float = float("nan")
     kept_for_loss: list[str] = field(default_factory=list)
     rewriter: Rewriter | None = field(default=None, repr=False)  # the scales, for qdq.to_qdq
+    #: what the calibration data left undetermined (a tensor 0 on every sample); `table` ends
+    #: with them, and `quantize_graph` issues each as a `QuantizationWarning`
+    warnings: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         lines = [f"{'layer':32s} {'op':16s} {'kind':20s} {'mode':6s} {'shift':>5s} "
@@ -79,7 +83,12 @@ class QuantReport:
                      f"agreement {100 * self.top1_agreement:.1f}%")
         if self.kept_for_loss:
             lines.append(f"kept in float (SQNR below the limit): {self.kept_for_loss}")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+class QuantizationWarning(UserWarning):
+    """Something the calibration data left undetermined (see `QuantReport.warnings`)."""
 
 
 def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
@@ -95,7 +104,13 @@ def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
 def quantize_graph(g: Graph, calib: Any, options: QuantOptions = QuantOptions(),
                    ) -> tuple[Graph, QuantReport]:
     """The integer graph of float graph `g` (as imported; the pre-quantisation passes run
-    here) calibrated on `calib` (see `calibrate.load_calibration`), and its report."""
+    here) calibrated on `calib` (see `calibrate.load_calibration`), and its report.
+
+    Calibration data no scale can be taken from (NaN or infinite values, an input that is 0 or
+    denormal over all samples, magnitudes beyond what float32 models take, a model that
+    overflows on the data) is a `ValueError` naming the file, the input or node and the
+    sample; a tensor that is 0 on every sample is quantised and reported (`QuantReport.warnings`,
+    and a `QuantizationWarning`)."""
     g = prepare_for_quantization(g)
     samples = load_calibration(calib, g)
     thresholds = observe_graph(g, samples, options.observer)
@@ -116,6 +131,9 @@ def quantize_graph(g: Graph, calib: Any, options: QuantOptions = QuantOptions(),
             report = _report(g, qg, rw, samples[:options.report_samples])
             report.kept_for_loss = bad
     report.rewriter = rw
+    report.warnings = list(rw.warnings)
+    for w in report.warnings:
+        warnings.warn(w, QuantizationWarning, stacklevel=2)
     return qg, report
 
 

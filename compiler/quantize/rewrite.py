@@ -76,11 +76,26 @@ class Rewriter:
     # integer node standing for a float node: for the per-layer SQNR report
     # (float node, its int8 stand-in, scale, the layer's name) for the per-layer SQNR report
     mapping: dict[int, tuple[Node, Node, float, str]] = field(default_factory=dict)
+    # what the report warns about: tensors whose range was 0 on every calibration sample
+    warnings: list[str] = field(default_factory=list)
 
     # -- scales -----------------------------------------------------------------------------
     def scale(self, n: Node) -> float:
+        """The int8 scale of float node n: its observed range / 127. A range of 0 (n was 0 on
+        every calibration sample: a dead activation) leaves nothing to take a scale from; it
+        gets 1/127, which does not matter as long as n stays 0 (every value quantises to 0),
+        and a warning in the report, since it does matter if n is not 0 on real inputs."""
         t = self.thresholds.get(id(n), 0.0)
-        s = t / QMAX if t > 0 else 1.0 / QMAX
+        if t > 0:
+            s = t / QMAX
+        else:
+            s = 1.0 / QMAX
+            w = (f"{n.name!r} ({n.op.name}) is 0 on every calibration sample (a dead "
+                 f"activation?): its int8 scale is arbitrary (1/127) and every value it takes "
+                 f"on other inputs is quantised with it; calibrate on data where it is not 0 "
+                 f"if it matters")
+            if w not in self.warnings:
+                self.warnings.append(w)
         return R.pow2_ceil(s) if self.mode == "shift" else s
 
     # -- crossing between float and int8 -----------------------------------------------------
