@@ -15,7 +15,7 @@ import numpy as np
 from vtakit.vta_hw.config import HwConfig
 
 __all__ = ["round_up", "pack_act", "unpack_act", "pack_mat", "unpack_mat", "pack_conv_weights",
-           "act_shape", "im2col"]
+           "act_shape", "im2col", "frame_act", "unframe_act"]
 
 
 def round_up(x: int, m: int) -> int:
@@ -54,6 +54,25 @@ def unpack_act(y: np.ndarray, c: int, out: np.ndarray | None = None) -> np.ndarr
     return out
 
 
+def frame_act(packed: np.ndarray, frame: int, fill: int) -> np.ndarray:
+    """A packed activation (N/B, C/BI, H, W, B, BI) inside a border of ``frame`` elements
+    holding ``fill``: (N/B, C/BI, H + 2 frame, W + 2 frame, B, BI)."""
+    if not frame:
+        return packed
+    f = frame
+    nb, cb, h, w, b, bi = packed.shape
+    out = np.full((nb, cb, h + 2 * f, w + 2 * f, b, bi), fill, packed.dtype)
+    out[:, :, f:f + h, f:f + w] = packed
+    return out
+
+
+def unframe_act(framed: np.ndarray, frame: int) -> np.ndarray:
+    """The packed activation inside a frame of ``frame`` elements (a view)."""
+    if not frame:
+        return framed
+    return framed[:, :, frame:framed.shape[2] - frame, frame:framed.shape[3] - frame]
+
+
 def pack_mat(a: np.ndarray, cfg: HwConfig, out: np.ndarray | None = None) -> np.ndarray:
     """(M, K) -> the packed activation of an (M/B) x 1 image with K channels."""
     m, k = a.shape
@@ -86,12 +105,12 @@ def pack_conv_weights(wt: np.ndarray, cfg: HwConfig) -> np.ndarray:
 
 
 def im2col(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, pl: int, pb: int,
-           pr: int) -> np.ndarray:
+           pr: int, fill: int = 0) -> np.ndarray:
     """(N, C, H, W) -> (N, C*KH*KW, OH, OW): channel ``(c*KH + ky)*KW + kx`` of output pixel
     (oy, ox) is input (c, oy*sh + ky - pt, ox*sw + kx - pl), zero outside: a KHxKW convolution
     of `x` is a 1x1 convolution of the result with the weights reshaped to (O, C*KH*KW)."""
     n, c, h, w = x.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     cols = np.empty((n, c, kh, kw, oh, ow), x.dtype)
     for ky in range(kh):

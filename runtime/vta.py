@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 
 from vtakit.driver.device import Device, RunResult
-from vtakit.driver.packing import act_shape, im2col, pack_act, pack_mat, unpack_act, unpack_mat
+from vtakit.driver.packing import (
+    act_shape,
+    frame_act,
+    im2col,
+    pack_act,
+    pack_mat,
+    unframe_act,
+    unpack_act,
+    unpack_mat,
+)
 from vtakit.driver.program import Program
 from vtakit.driver.session import DeviceArray, Session
 from vtakit.driver.slot_check import SlotAccess, check_confined
@@ -89,8 +98,10 @@ class _Region:
     program: Program
     layer_programs: list[Program | None]
     arrays: dict[str, DeviceArray]
-    inputs: list[tuple[DeviceArray, np.ndarray, bool, int, tuple[int, ...]]]  # + im2col
-    outputs: list[tuple[DeviceArray, np.ndarray, bool, int, str]]
+    # slot, host array, matrix, channels, im2col, its fill, (frame, fill)
+    inputs: list[tuple[DeviceArray, np.ndarray, bool, int, tuple[int, ...], int,
+                       tuple[int, int]]]
+    outputs: list[tuple[DeviceArray, np.ndarray, bool, int, str, int]]  # ..., layer, frame
     layers: list[dict[str, Any]]
     last: RunResult | None = None
     layer_runs: list[LayerRun] = field(default_factory=list)
@@ -253,12 +264,17 @@ class VtaRunner(Runner):
             arr = s.alloc(tuple(info["shape"]), np.dtype(info["dtype"]), name=slot)
             if info["param"]:
                 arr.copyfrom(np.ascontiguousarray(params[slot]))
+            elif info.get("frame"):  # the border, once: the streams write only inside it
+                arr.copyfrom(np.full(arr.shape, info["fill"], arr.dtype))
             arrays[slot] = arr
+        frame = {slot: (int(info.get("frame", 0)), int(info.get("fill", 0)))
+                 for slot, info in meta["slots"].items()}
         ins = [(arrays[m["slot"]], memory.view(tuple(m["arg"]), "int8", tuple(m["shape"])),
-                bool(m["matrix"]), int(m["channels"]), tuple(m.get("im2col", ())))
-               for m in meta["inputs"]]
+                bool(m["matrix"]), int(m["channels"]), tuple(m.get("im2col", ())),
+                int(m.get("fill", 0)), frame[m["slot"]]) for m in meta["inputs"]]
         outs = [(arrays[m["slot"]], memory.view(tuple(m["arg"]), "int8", tuple(m["shape"])),
-                 bool(m["matrix"]), int(m["channels"]), m["layer"]) for m in meta["outputs"]]
+                 bool(m["matrix"]), int(m["channels"]), m["layer"], frame[m["slot"]][0])
+                for m in meta["outputs"]]
         layer_programs = [programs.get(lm["program"]) if "program" in lm else None
                           for lm in meta["layers"]]
         return _Region(programs[meta["program"]], layer_programs, arrays, ins, outs,
@@ -266,17 +282,17 @@ class VtaRunner(Runner):
 
     # ---- running ------------------------------------------------------------------------
     def _pack_inputs(self, reg: _Region) -> None:
-        for arr, host, matrix, c, patches in reg.inputs:
+        for arr, host, matrix, c, patches, fill, (f, border) in reg.inputs:
             if patches:  # the input of a convolution run as a 1x1 over its patches
-                host = im2col(host, *patches)
+                host = im2col(host, *patches, fill=fill)
             packed = pack_mat(host.reshape(-1, c), self.cfg) if matrix else \
-                pack_act(host, self.cfg)
+                frame_act(pack_act(host, self.cfg), f, border)
             arr.copyfrom(packed)
 
     def _unpack(self, reg: _Region, layer: str | None = None) -> None:
-        for arr, host, matrix, c, name in reg.outputs:
+        for arr, host, matrix, c, name, f in reg.outputs:
             if layer is None or name == layer:
-                y = arr.numpy()
+                y = unframe_act(arr.numpy(), f)
                 if matrix:
                     unpack_mat(y, c, out=host.reshape(-1, c))
                 else:
@@ -404,10 +420,14 @@ def _check_meta(meta: Any) -> HwConfig:
     return cfg
 
 
-def _packed_shape(cfg: HwConfig, m: Mapping[str, Any], where: str) -> tuple[int, ...]:
-    """The packed shape the runtime makes of an input's or output's host array."""
+def _packed_shape(cfg: HwConfig, m: Mapping[str, Any], where: str, frame: int
+                  ) -> tuple[int, ...]:
+    """The packed shape the runtime makes of an input's or output's host array (inside a
+    frame of `frame` elements)."""
     shape, c = m["shape"], m["channels"]
     if m["matrix"]:
+        if frame:
+            raise ValueError(f"{where}: a matrix's slot has no frame")
         rows, rem = divmod(int(np.prod(shape, dtype=np.int64)), c)
         if rem or rows % cfg.batch:
             raise ValueError(f"{where}: shape {shape} is not rows of {c} channels in a "
@@ -418,8 +438,13 @@ def _packed_shape(cfg: HwConfig, m: Mapping[str, Any], where: str) -> tuple[int,
                          f"with C = channels and N a multiple of the core's batch {cfg.batch}")
     n, _, h, w = shape
     spec = m.get("im2col", ())
+    if "fill" in m and not (spec and _is_int(m["fill"]) and -128 <= m["fill"] <= 127):
+        raise ValueError(f"{where}.fill: expected the int8 value an im2col input is padded "
+                         f"with, got {m['fill']!r}")
     if not spec:
-        return act_shape(cfg, n, c, h, w)
+        return act_shape(cfg, n, c, h + 2 * frame, w + 2 * frame)
+    if frame:
+        raise ValueError(f"{where}: an im2col input's slot has no frame")
     pad_max = isa.layouts(cfg).mem["y_pad_0"].max
     if not (isinstance(spec, list) and len(spec) == 8 and all(_is_int(v) for v in spec)
             and min(spec[:4]) >= 1 and all(0 <= p <= pad_max for p in spec[4:])):
@@ -455,6 +480,14 @@ def _check_region(r: int, reg: Any, cfg: HwConfig) -> None:
         if info.get("dtype") not in ("int8", "int32") or not isinstance(info.get("param"), bool):
             raise ValueError(f"{where}.slots[{slot!r}]: expected dtype int8/int32 and a boolean "
                              f"param, got {info.get('dtype')!r}, {info.get('param')!r}")
+        if "frame" in info or "fill" in info:
+            f, v = info.get("frame"), info.get("fill")
+            pad_max = isa.layouts(cfg).mem["y_pad_0"].max
+            if not (_is_int(f) and 1 <= f <= pad_max and _is_int(v) and -128 <= v <= 127
+                    and info["dtype"] == "int8" and not info["param"] and len(shape) == 6):
+                raise ValueError(f"{where}.slots[{slot!r}]: a frame of 1..{pad_max} elements "
+                                 f"and an int8 fill, on an int8 activation; got frame {f!r}, "
+                                 f"fill {v!r}")
     layers = reg["layers"]
     for k, lm in enumerate(layers):
         ok = (isinstance(lm, dict) and isinstance(lm.get("name"), str)
@@ -497,7 +530,7 @@ def _check_region(r: int, reg: Any, cfg: HwConfig) -> None:
                                  f"expected an int8 activation")
             if part == "outputs" and "im2col" in m:
                 raise ValueError(f"{at}: an output has no im2col")
-            want = _packed_shape(cfg, m, at)
+            want = _packed_shape(cfg, m, at, info.get("frame", 0))
             if tuple(info["shape"]) != want:
                 raise ValueError(f"{at}: slot {m['slot']!r} is {info['shape']}, but its host "
                                  f"array {m['shape']} packs to {list(want)}")

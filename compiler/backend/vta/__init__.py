@@ -34,6 +34,7 @@ from .layers import (
     ConvLayer,
     Layer,
     PoolLayer,
+    activation_frames,
     find_layers,
     node_dims,
     operand_dims,
@@ -107,8 +108,9 @@ def requant_programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
         return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
     if isinstance(layer, AddLayer):
         ident = RequantAttrs((1,), (0,), 1, -(1 << 31), (1 << 31) - 1)
-        return tuple(requant_program(r or ident, None, layer.out.c, cfg)
-                     for r in (layer.requant_a, layer.requant_b, layer.requant))
+        return tuple(requant_program(r or ident, b, layer.out.c, cfg)
+                     for r, b in ((layer.requant_a, None), (layer.requant_b, None),
+                                  (layer.requant, layer.bias)))
     if isinstance(layer, PoolLayer) and layer.requant is not None:
         return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
     return ()
@@ -182,6 +184,7 @@ def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
         schedules[len(kept)], rqs[len(kept)] = sch, progs
         kept.append(L)
     regions = _regions(g, kept, schedules, rqs)
+    frames = activation_frames(kept)
     position = {id(n): i for i, n in enumerate(g.nodes)}
     sess = Session(RecordDevice(cfg))
     params: dict[str, np.ndarray] = {}
@@ -190,7 +193,7 @@ def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
     taken: set[int] = set()
     for r, region in enumerate(regions):
         meta_regions.append(_lower_region(r, region, g, cfg, sess, plan, params, programs,
-                                          opts.per_layer))
+                                          opts.per_layer, frames))
         for L in region.layers:
             taken.update(position[id(n)] for n in L.nodes)
     sess.close()
@@ -216,7 +219,7 @@ def lower(g: Graph, opts: VtaOptions, plan: Any) -> PlanSection:
 
 def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Session, plan: Any,
                   params: dict[str, np.ndarray], programs: dict[str, Program],
-                  per_layer: bool) -> dict[str, Any]:
+                  per_layer: bool, frames: dict[int, tuple[int, int]]) -> dict[str, Any]:
     prefix = f"r{r}."
     produced = {id(L.out.node): L for L in region.layers}
     inside = {id(n) for L in region.layers for n in L.nodes}
@@ -234,21 +237,33 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
         slots[slot] = {"shape": list(shape), "dtype": dtype, "param": param}
         return slot
 
+    frame_of: dict[str, int] = {}
+
     def act(node: Node, operand: Any = None) -> str:
         if id(node) not in act_slot:
             dims = operand_dims(operand, cfg) if operand is not None else node_dims(node, cfg)
             assert dims is not None
-            act_slot[id(node)] = alloc(f"a{len(act_slot)}", act_shape(cfg, *dims), "int8", False)
+            f, fill = (0, 0) if operand is not None and operand.im2col else \
+                frames.get(id(node), (0, 0))
+            n, c, h, w = dims
+            slot = alloc(f"a{len(act_slot)}", act_shape(cfg, n, c, h + 2 * f, w + 2 * f),
+                         "int8", False)
+            if f:  # the border its readers take as padding (docs/vta.md, "Padding")
+                slots[slot].update(frame=f, fill=fill)
+                frame_of[slot] = f
+            act_slot[id(node)] = slot
         return act_slot[id(node)]
 
-    def host(node: Node, arg: Any, operand: Any = None) -> dict[str, Any]:
+    def host(node: Node, arg: Any, operand: Any = None, fill: int = 0) -> dict[str, Any]:
         """How the runtime packs / unpacks the value of `node` (by its own shape; an im2col
-        input by its patches)."""
+        input by its patches, padded with `fill`)."""
         meta = {"slot": act_slot[id(node)], "arg": list(arg), "shape": list(node.shape),
                 "matrix": node.rank != 4, "channels": int(node.shape[1 if node.rank == 4
                                                                      else -1])}
         if operand is not None and operand.im2col:
             meta["im2col"] = list(operand.im2col)
+            if fill:
+                meta["fill"] = fill
         return meta
 
     codes: list[LayerCode] = []
@@ -259,9 +274,11 @@ def _lower_region(r: int, region: _Region, g: Graph, cfg: HwConfig, sess: Sessio
             ins.append(slot)
             if id(opnd.node) not in produced and not any(
                     m["slot"] == slot for m in inputs_meta):
-                inputs_meta.append(host(opnd.node, plan.ptr(opnd.node), opnd))
+                inputs_meta.append(host(opnd.node, plan.ptr(opnd.node), opnd,
+                                        L.fill[0] if L.fill[0] == L.fill[1] else 0))
         out = act(L.out.node)
-        code = LayerCode(ins, out)
+        code = LayerCode(ins, out, frames={s: frame_of[s] for s in (*ins, out)
+                                           if s in frame_of})
         if isinstance(L, ConvLayer):
             w = pack_conv_weights(L.weight, cfg)
             code.weight = alloc(f"{L.name}:w", w.shape, "int8", True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vtakit.driver.program import KernelBuilder, UopKernel
@@ -34,12 +34,24 @@ __all__ = ["LayerCode", "emit_layer", "barrier"]
 
 @dataclass
 class LayerCode:
-    """What a layer's stream reads and writes: slot names of its device arrays."""
+    """What a layer's stream reads and writes: slot names of its device arrays, and the frame
+    of each activation slot that has one (`layers.activation_frames`: a border of that many
+    elements around every plane, holding the padding its readers need)."""
 
     inputs: list[str]
     output: str
     weight: str | None = None
     tables: tuple[str, ...] = ()
+    frames: dict[str, int] = field(default_factory=dict)
+
+    def frame(self, slot: str) -> int:
+        return self.frames.get(slot, 0)
+
+
+def _element(plane: int, h: int, w: int, f: int, row: int, col: int) -> int:
+    """Element (row, col) of plane ``plane`` of an (h x w)-plane activation with a frame of
+    ``f`` elements: planes are (h + 2f) x (w + 2f), the value at their centre."""
+    return (plane * (h + 2 * f) + row + f) * (w + 2 * f) + col + f
 
 
 def _kernel(sess: Session, loops: list[tuple[int, int, int, int]],
@@ -78,18 +90,29 @@ def _requant(sess: Session, rq: RequantProgram, acc: int, blocks: int, rows: int
                               for b in range(blocks)], mode="alu", alu_opcode=st.op))
 
 
-def _load_window(sess: Session, x: DeviceArray, plane: int, h: int, w: int, ih0: int, iw0: int,
-                 in_rows: int, in_cols: int, sram_base: int, memory_type: isa.MemType) -> None:
-    """Rows ``ih0 .. ih0+in_rows`` x cols ``iw0 .. iw0+in_cols`` of one (h x w) plane starting at
-    element ``plane``, zero-padded where the window leaves the plane."""
-    top, bottom = max(0, -ih0), max(0, ih0 + in_rows - h)
-    left, right = max(0, -iw0), max(0, iw0 + in_cols - w)
+def _load_window(sess: Session, x: DeviceArray, plane: int, h: int, w: int, f: int, ih0: int,
+                 iw0: int, in_rows: int, in_cols: int, sram_base: int,
+                 memory_type: isa.MemType) -> None:
+    """Rows ``ih0 .. ih0+in_rows`` x cols ``iw0 .. iw0+in_cols`` of plane ``plane`` of an
+    (h x w)-plane activation with a frame of ``f``: read from the frame where the window
+    leaves the plane by up to ``f``, zero-padded by the LOAD beyond."""
+    hp, wp = h + 2 * f, w + 2 * f
+    ih, iw = ih0 + f, iw0 + f  # in the framed plane
+    top, bottom = max(0, -ih), max(0, ih + in_rows - hp)
+    left, right = max(0, -iw), max(0, iw + in_cols - wp)
     rows, cols = in_rows - top - bottom, in_cols - left - right
-    first = plane + max(ih0, 0) * w + max(iw0, 0)
+    first = (plane * hp + max(ih, 0)) * wp + max(iw, 0)
     if rows <= 0 or cols <= 0:
         raise ValueError(f"tile window rows {ih0}.., cols {iw0}.. lies outside the {h}x{w} input")
-    sess.load_2d(x, first, x_size=cols, y_size=rows, x_stride=w, x_pad_0=left, x_pad_1=right,
+    sess.load_2d(x, first, x_size=cols, y_size=rows, x_stride=wp, x_pad_0=left, x_pad_1=right,
                  y_pad_0=top, y_pad_1=bottom, sram_base=sram_base, memory_type=memory_type)
+
+
+def _store_rows(sess: Session, y: DeviceArray, plane: int, h: int, w: int, f: int, row: int,
+                col: int, rows: int, cols: int, sram_base: int) -> None:
+    """STORE ``rows x cols`` outputs at (row, col) of plane ``plane`` (inside its frame)."""
+    sess.store_2d(y, _element(plane, h, w, f, row, col), x_size=cols, y_size=rows,
+                  x_stride=w + 2 * f, sram_base=sram_base)
 
 
 def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram,
@@ -101,6 +124,7 @@ def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram
     kh, kw = L.kernel
     sh, sw = L.strides
     taps = kh * kw
+    fx, fy = code.frame(code.inputs[0]), code.frame(code.output)
     vt = VirtualThreads(sess, sch.threads)
     # what each INP / WGT half holds: a load of the same data into the same half is skipped
     held_inp: list[tuple[int, ...] | None] = [None] * sch.threads
@@ -119,7 +143,7 @@ def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram
                     if held_inp[b] != (n0, i0, oh0, ow0, ti):
                         held_inp[b] = (n0, i0, oh0, ow0, ti)
                         for ci in range(ti):
-                            _load_window(sess, x, (n0 * g.ib + i0 + ci) * g.h * g.w, g.h, g.w,
+                            _load_window(sess, x, n0 * g.ib + i0 + ci, g.h, g.w, fx,
                                          ih0, iw0, in_rows, in_cols,
                                          inp + ci * in_rows * in_cols, M.INP)
                     if held_wgt[b] != (o0, i0, tb, ti):
@@ -143,9 +167,8 @@ def emit_conv(sess: Session, L: ConvLayer, sch: ConvSchedule, rq: RequantProgram
                 _requant(sess, rq, acc, tb, th, tw, consts)
             with vt.store():
                 for oc in range(tb):
-                    sess.store_2d(y, ((n0 * g.ob + o0 + oc) * g.oh + oh0) * g.ow + ow0,
-                                  x_size=tw, y_size=th, x_stride=g.ow,
-                                  sram_base=acc + oc * th * tw)
+                    _store_rows(sess, y, n0 * g.ob + o0 + oc, g.oh, g.ow, fy, oh0, ow0, th,
+                                tw, acc + oc * th * tw)
     vt.finish()
 
 
@@ -183,7 +206,7 @@ def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantProgram 
             consts = acc + th * tw
             win = consts + rows
             with vt.compute():
-                _load_window(sess, x, (n0 * cb + c0) * xi.h * xi.w, xi.h, xi.w,
+                _load_window(sess, x, n0 * cb + c0, xi.h, xi.w, code.frame(code.inputs[0]),
                              oh0 * sh - L.pads[0], ow0 * sw - L.pads[1], in_rows, in_cols, win,
                              M.ACC_8BIT)
                 sess.gemm(_kernel(sess, [(th, tw, 0, 0), (tw, 1, 0, 0)], [(acc, 0, 0)],
@@ -201,8 +224,8 @@ def emit_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantProgram 
                                      sram_base=consts, memory_type=M.ACC)
                     _requant(sess, rq, acc, 1, th, tw, consts)
             with vt.store():
-                sess.store_2d(y, ((n0 * cb + c0) * o.h + oh0) * o.w + ow0, x_size=tw,
-                              y_size=th, x_stride=o.w, sram_base=acc)
+                _store_rows(sess, y, n0 * cb + c0, o.h, o.w, code.frame(code.output), oh0, ow0,
+                            th, tw, acc)
     vt.finish()
 
 
@@ -218,8 +241,9 @@ def emit_global_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantP
     xi, o = L.inputs[0], L.out
     cb = -(-o.c // cfg.block_out)
     vt = VirtualThreads(sess, sch.threads)
+    fx = code.frame(code.inputs[0])
     for n0, c0, _, _, _, _ in _channel_tiles(L, sch, cfg):
-        plane = (n0 * cb + c0) * xi.h * xi.w
+        plane = n0 * cb + c0
         with vt.tile() as a:
             acc = vt.half(cfg.acc_depth, a)
             consts = acc + 1
@@ -229,8 +253,9 @@ def emit_global_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantP
                                   reset=True))
                 for r0 in range(0, xi.h, sch.chunk):
                     r = min(sch.chunk, xi.h - r0)
-                    sess.load_2d(x, plane + r0 * xi.w, x_size=xi.w, y_size=r, x_stride=xi.w,
-                                 sram_base=win, memory_type=M.ACC_8BIT)
+                    sess.load_2d(x, _element(plane, xi.h, xi.w, fx, r0, 0), x_size=xi.w,
+                                 y_size=r, x_stride=xi.w + 2 * fx, sram_base=win,
+                                 memory_type=M.ACC_8BIT)
                     sess.alu(_kernel(sess, [(r, 0, xi.w, 0), (xi.w, 0, 1, 0)],
                                      [(acc, win, 0)], mode="alu", alu_opcode=A.ADD))
                 if table is not None:
@@ -238,7 +263,7 @@ def emit_global_pool(sess: Session, L: PoolLayer, sch: RowSchedule, rq: RequantP
                                  x_stride=rq.rows, sram_base=consts, memory_type=M.ACC)
                 _requant(sess, rq, acc, 1, 1, 1, consts)
             with vt.store():
-                sess.store_2d(y, n0 * cb + c0, x_size=1, y_size=1, x_stride=1, sram_base=acc)
+                _store_rows(sess, y, plane, 1, 1, code.frame(code.output), 0, 0, 1, 1, acc)
     vt.finish()
 
 
@@ -254,13 +279,15 @@ def emit_add(sess: Session, L: AddLayer, sch: RowSchedule,
     vt = VirtualThreads(sess, sch.threads)
     for n0, c0, oh0, ow0, th, tw in _channel_tiles(L, sch, cfg):
         n = th * tw
-        plane = (n0 * cb + c0) * o.h * o.w
+        plane = n0 * cb + c0
         with vt.tile() as a:
             acc = vt.half(cfg.acc_depth, a)
             base_a, base_b, consts = acc, acc + n, acc + 2 * n
             with vt.compute():
-                for arr, base in ((xa, base_a), (xb, base_b)):
-                    _load_window(sess, arr, plane, o.h, o.w, oh0, ow0, th, tw, base, M.ACC_8BIT)
+                for arr, slot, base in ((xa, code.inputs[0], base_a),
+                                        (xb, code.inputs[1], base_b)):
+                    _load_window(sess, arr, plane, o.h, o.w, code.frame(slot), oh0, ow0, th, tw,
+                                 base, M.ACC_8BIT)
                 row = consts
                 for k, (rq, slot) in enumerate(zip(rqs, code.tables, strict=True)):
                     if k == 2:  # both operands rescaled: the sum
@@ -272,8 +299,8 @@ def emit_add(sess: Session, L: AddLayer, sch: RowSchedule,
                     _requant(sess, rq, base_b if k == 1 else base_a, 1, th, tw, row)
                     row += rq.rows
             with vt.store():
-                sess.store_2d(y, plane + oh0 * o.w + ow0, x_size=tw, y_size=th, x_stride=o.w,
-                              sram_base=base_a)
+                _store_rows(sess, y, plane, o.h, o.w, code.frame(code.output), oh0, ow0, th, tw,
+                            base_a)
     vt.finish()
 
 

@@ -33,9 +33,10 @@ from ...ir.graph import Graph
 from ...ir.ops import ConvAttrs, Node, Op, PoolAttrs, RequantAttrs
 
 MAX_PAD = 15  # the LOAD's 4-bit padding fields
+INT8_MIN, INT8_MAX = -128, 127
 
 __all__ = ["Layer", "ConvLayer", "PoolLayer", "AddLayer", "Operand", "find_layers", "node_dims",
-           "operand_dims", "MAX_PAD"]
+           "operand_dims", "activation_frames", "MAX_PAD"]
 
 
 @dataclass(frozen=True)
@@ -81,17 +82,29 @@ def operand_dims(x: Operand, cfg: HwConfig) -> tuple[int, int, int, int]:
 
 @dataclass
 class Layer:
-    """Nodes the accelerator runs as one unit; ``out`` is the node whose value it produces."""
+    """Nodes the accelerator runs as one unit; ``out`` is the node whose value it produces.
+
+    ``fill`` is the range of int8 values the padding around its first input may hold for the
+    layer to be exact: a convolution's the input's zero point (the integer graph pads ``x -
+    z_x`` with zeros), a max pool's any value no larger than its input can be, a layer that
+    reads no padding any value. `activation_frames` chooses one value per activation for all
+    of its readers."""
 
     name: str
     kind: str
     nodes: list[Node]
     inputs: list[Operand]
     out: Operand
+    fill: tuple[int, int] = (INT8_MIN, INT8_MAX)
 
     @property
     def macs(self) -> int:
         return 0
+
+    @property
+    def pad(self) -> int:
+        """The widest padding the layer reads around its first input."""
+        return max(getattr(self, "pads", (0,)))
 
 
 @dataclass
@@ -122,9 +135,13 @@ class PoolLayer(Layer):
 
 @dataclass
 class AddLayer(Layer):
+    """``requant(requant_a(a) + requant_b(b) + bias)``: each operand rescaled to the sum's
+    scale, the operands' zero points in the sum's ``bias`` (per output channel)."""
+
     requant_a: RequantAttrs | None = None
     requant_b: RequantAttrs | None = None
     requant: RequantAttrs | None = None
+    bias: np.ndarray | None = None
 
 
 def _operand(n: Node, cfg: HwConfig) -> Operand | None:
@@ -211,7 +228,58 @@ def find_layers(g: Graph, cfg: HwConfig) -> tuple[list[Layer], dict[str, str]]:
     made = {id(L.out.node) for L in layers}
     layers = [_im2col(L, users, cfg) if isinstance(L, ConvLayer) and id(L.inputs[0].node)
               not in made else L for L in layers]
-    return layers, why
+    return _agree_on_fills(layers, why), why
+
+
+def _agree_on_fills(layers: list[Layer], why: dict[str, str]) -> list[Layer]:
+    """The layers whose padding every other reader of the same activation can share: the
+    first reader (in graph order) of each activation sets the range its padding may take, and
+    a later one whose range does not meet it runs on the CPU, its reason naming the first."""
+    ranges: dict[int, tuple[int, int, str]] = {}
+    kept = []
+    for L in layers:
+        if L.inputs[0].im2col:  # packed by the host from its own value, padding and all
+            kept.append(L)
+            continue
+        key = id(L.inputs[0].node)
+        lo, hi = L.fill
+        if key in ranges:
+            plo, phi, first = ranges[key]
+            if max(lo, plo) > min(hi, phi):
+                why[L.name] = (f"its input's padding must hold {_span(lo, hi)}, but "
+                               f"{first} reads the same activation with padding "
+                               f"{_span(plo, phi)}")
+                continue
+            lo, hi = max(lo, plo), min(hi, phi)
+        ranges[key] = (lo, hi, ranges.get(key, (0, 0, L.name))[2])
+        kept.append(L)
+    return kept
+
+
+def _span(lo: int, hi: int) -> str:
+    return f"{lo}" if lo == hi else f"{lo}..{hi}"
+
+
+def activation_frames(layers: list[Layer]) -> dict[int, tuple[int, int]]:
+    """``id(node) -> (frame, fill)`` for each activation whose readers need padding that is not
+    zero: it lives in device memory with a border of ``frame`` elements around each plane
+    (the widest padding a reader takes), holding ``fill`` (written once, when the runtime
+    places the slot), and its readers load windows of it without the LOAD's zero padding.
+    Every other activation has no frame; the LOAD pads it with zeros."""
+    ranges: dict[int, tuple[int, int]] = {}
+    width: dict[int, int] = {}
+    for L in layers:
+        if L.inputs[0].im2col:
+            continue
+        key = id(L.inputs[0].node)
+        lo, hi = ranges.get(key, (INT8_MIN, INT8_MAX))
+        ranges[key] = (max(lo, L.fill[0]), min(hi, L.fill[1]))
+        width[key] = max(width.get(key, 0), L.pad)
+    frames = {}
+    for key, (lo, hi) in ranges.items():
+        if width[key] and not lo <= 0 <= hi:
+            frames[key] = (width[key], lo if lo == hi else hi)
+    return frames
 
 
 def _im2col(L: ConvLayer, users: dict[Node, list[Node]], cfg: HwConfig) -> ConvLayer:
@@ -233,7 +301,8 @@ def _im2col(L: ConvLayer, users: dict[Node, list[Node]], cfg: HwConfig) -> ConvL
     weight = L.weight.reshape(L.weight.shape[0], -1)[:, :, None, None]  # (O, C*KH*KW, 1, 1)
     spec = (kh, kw, *L.strides, *L.pads)
     xin = Operand(x.node, x.n, x.c * kh * kw, o.h, o.w, im2col=spec)
-    return ConvLayer(L.name, L.kind, L.nodes, [xin], o, weight=np.ascontiguousarray(weight),
+    return ConvLayer(L.name, L.kind, L.nodes, [xin], o, fill=L.fill,
+                     weight=np.ascontiguousarray(weight),
                      kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), requant=L.requant,
                      bias=L.bias)
 
@@ -241,10 +310,14 @@ def _im2col(L: ConvLayer, users: dict[Node, list[Node]], cfg: HwConfig) -> ConvL
 def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
           ) -> tuple[Layer | None, str | None]:
     x, w, xzp, wzp = n.src
-    if not (_zero(xzp) and _zero(wzp)):
-        return None, "non-zero zero points (the GEMM core multiplies int8 by int8)"
-    if w.op is not Op.CONST or w.dtype is not DType.INT8:
+    if w.op is not Op.CONST or w.dtype not in (DType.INT8, DType.UINT8):
         return None, "weights that are not an int8 constant"
+    zx, why = _input_zero_point(xzp)
+    if why:
+        return None, why
+    wval, why = _zero_point_folded(w.value, wzp, 0 if n.op is Op.CONV_INTEGER else 1)
+    if why:
+        return None, why
     flat = _flattened(x, cfg) if n.op is Op.MATMUL_INTEGER else None
     xin = flat[0] if flat else _operand(x, cfg)
     if xin is None:
@@ -254,9 +327,9 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     if rq is None:
         return None, "an accumulator not requantised to int8 by its only user"
     if n.op is Op.MATMUL_INTEGER:
-        if w.value.ndim != 2:
+        if wval.ndim != 2:
             return None, "a matmul with batched weights"
-        wt = w.value.T  # (N, K)
+        wt = wval.T  # (N, K)
         if flat:
             order = flat[1]
             wt = np.where(order[None, :] >= 0, wt[:, np.maximum(order, 0)], 0).astype(np.int8)
@@ -268,8 +341,8 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
         assert isinstance(a, ConvAttrs)
         if len(a.kernel) != 2:
             return None, f"a {len(a.kernel)}-d convolution"
-        if a.group != 1 and _unit_depthwise(n, a):
-            return _window_sum(n, a, xin, rq, cfg)
+        if a.group != 1 and _unit_depthwise(n, wval, a):
+            return _window_sum(n, a, xin, rq, zx, cfg)
         if a.group != 1:
             return None, (f"group={a.group} (a grouped or depthwise convolution uses 1/"
                           f"{cfg.block_in} of the GEMM core; the CPU's depthwise kernel is "
@@ -278,7 +351,7 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
             return None, f"dilations {tuple(a.dilations)}"
         if max(a.pads) > MAX_PAD:
             return None, f"padding {tuple(a.pads)} beyond the LOAD's {MAX_PAD}"
-        weight = w.value
+        weight = wval
         kernel = (int(a.kernel[0]), int(a.kernel[1]))
         strides = (int(a.strides[0]), int(a.strides[1]))
         pads = (int(a.pads[0]), int(a.pads[1]), int(a.pads[2]), int(a.pads[3]))
@@ -289,19 +362,68 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     bad = _requant_ok(rq, out.c, axis)
     if bad:
         return None, bad
-    bias = rq.src[1].value.astype(np.int32) if len(rq.src) > 1 else None
+    bias = _bias_folded(rq, zx, weight.astype(np.int64).reshape(weight.shape[0], -1).sum(1))
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
     kind = "dense" if n.op is Op.MATMUL_INTEGER else "conv2d"
     nodes = [n, rq] + ([x] if flat and len(users.get(x, [])) == 1 else [])
-    return ConvLayer(rq.name, kind, nodes, [xin], out, weight=weight, kernel=kernel,
+    # a flattened input is read in place, element by element: it can have no frame
+    fill = (0, 0) if flat else (zx, zx) if max(pads) else (INT8_MIN, INT8_MAX)
+    return ConvLayer(rq.name, kind, nodes, [xin], out, fill=fill, weight=weight, kernel=kernel,
                      strides=strides, pads=pads, requant=attrs, bias=bias), None
 
 
-def _window_sum(n: Node, a: ConvAttrs, xin: Operand, rq: Node, cfg: HwConfig
+def _input_zero_point(z: Node) -> tuple[int, str | None]:
+    """The activation's zero point as an int8 value (one for the whole tensor)."""
+    if z.op is not Op.CONST:
+        return 0, "an input zero point that is not a constant"
+    v = np.asarray(z.value)
+    if v.size != 1 and np.any(v.reshape(-1) != v.reshape(-1)[0]):
+        return 0, "an input zero point per row or channel (the bias takes one per tensor)"
+    zx = int(v.reshape(-1)[0]) if v.size else 0
+    if not INT8_MIN <= zx <= INT8_MAX:
+        return 0, f"an input zero point {zx} outside int8 (a uint8 input not made int8)"
+    return zx, None
+
+
+def _zero_point_folded(w: np.ndarray, z: Node, axis: int) -> tuple[np.ndarray, str | None]:
+    """The weights minus their zero point (one per tensor, or one per output channel along
+    `axis`) as int8: exact where every difference fits, as it does for uint8 weights with
+    zero point 128 and for symmetric int8 weights (zero point 0)."""
+    if z.op is not Op.CONST:
+        return w, "a weight zero point that is not a constant"
+    zw = np.asarray(z.value, dtype=np.int64)
+    if zw.size > 1:
+        shape = [1] * w.ndim
+        shape[axis] = zw.size
+        if w.shape[axis] != zw.size:
+            return w, "weight zero points along another axis than the output channels"
+        zw = zw.reshape(shape)
+    elif not np.any(zw) and w.dtype == np.int8:
+        return w, None
+    diff = w.astype(np.int64) - zw
+    if diff.min(initial=0) < INT8_MIN or diff.max(initial=0) > INT8_MAX:
+        return w, (f"weights minus their zero point span {int(diff.min())}..{int(diff.max())}, "
+                   f"beyond int8 (the GEMM core multiplies int8 by int8)")
+    return diff.astype(np.int8), None
+
+
+def _bias_folded(rq: Node, zx: int, wsum: np.ndarray) -> np.ndarray | None:
+    """The requantisation's bias with the input zero point folded in: ``sum((x - z_x) * w) +
+    b = sum(x * w) + (b - z_x * sum(w))`` per output channel, in int32 wrap-around as the
+    integer graph adds it (so the accelerator's sum of ``x * w`` lands on the same int32)."""
+    bias = rq.src[1].value.astype(np.int64) if len(rq.src) > 1 else None
+    if not zx:
+        return None if bias is None else bias.astype(np.int32)
+    folded = (0 if bias is None else bias) - zx * wsum
+    return ((folded + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def _window_sum(n: Node, a: ConvAttrs, xin: Operand, rq: Node, zx: int, cfg: HwConfig
                 ) -> tuple[Layer | None, str | None]:
     """A depthwise convolution with unit weights as an ``avg_pool`` layer: the ALU sums the
-    window (the LOAD's zero padding adds nothing, as the convolution's does) and requantises."""
+    window (its padding holds the input's zero point, which the convolution's ``x - z_x``
+    makes zero) and requantises, the zero point's ``- z_x * window`` folded into the bias."""
     if cfg.block_in != cfg.block_out:
         return None, "block_in != block_out: pooling reads the OUT layout as ACC rows"
     if tuple(a.dilations) != (1, 1):
@@ -316,10 +438,11 @@ def _window_sum(n: Node, a: ConvAttrs, xin: Operand, rq: Node, cfg: HwConfig
         return None, bad
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
-    bias = rq.src[1].value.astype(np.int32) if len(rq.src) > 1 else None
+    kernel = (int(a.kernel[0]), int(a.kernel[1]))
+    bias = _bias_folded(rq, zx, np.full(out.c, kernel[0] * kernel[1], np.int64))
     pads = (int(a.pads[0]), int(a.pads[1]), int(a.pads[2]), int(a.pads[3]))
     return PoolLayer(rq.name, "avg_pool", [n, rq], [xin], out,
-                     kernel=(int(a.kernel[0]), int(a.kernel[1])),
+                     fill=(zx, zx) if max(pads) else (INT8_MIN, INT8_MAX), kernel=kernel,
                      strides=(int(a.strides[0]), int(a.strides[1])), pads=pads,
                      requant=attrs, bias=bias), None
 
@@ -345,12 +468,15 @@ def _pool(n: Node, cfg: HwConfig) -> tuple[Layer | None, str | None]:
     pr = max(0, (ow - 1) * sw + kw - x.shape[3] - pl)
     if max(pt, pl, pb, pr) > MAX_PAD:
         return None, f"padding beyond the LOAD's {MAX_PAD}"
-    if max(pt, pl, pb, pr) and not _nonnegative(x):
-        return None, "padding around an input that can be negative (the ALU pads with zeros)"
     out = _operand(n, cfg)
     assert out is not None
-    return PoolLayer(n.name, "max_pool", [n], [xin], out, kernel=(kh, kw), strides=(sh, sw),
-                     pads=(pt, pl, pb, pr)), None
+    # the padding must lose every comparison: at most the least value the input can take
+    least = x.attrs.lo if x.op is Op.REQUANTIZE and isinstance(x.attrs, RequantAttrs) \
+        else INT8_MIN
+    fill = (INT8_MIN, max(INT8_MIN, min(INT8_MAX, least))) if max(pt, pl, pb, pr) \
+        else (INT8_MIN, INT8_MAX)
+    return PoolLayer(n.name, "max_pool", [n], [xin], out, fill=fill, kernel=(kh, kw),
+                     strides=(sh, sw), pads=(pt, pl, pb, pr)), None
 
 
 def _avg_pool(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
@@ -383,13 +509,11 @@ def _avg_pool(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
                      requant=attrs, bias=bias), None
 
 
-def _unit_depthwise(n: Node, a: ConvAttrs) -> bool:
-    """A depthwise convolution whose weights are all 1: a window sum (an imported QDQ
-    AveragePool, see `frontend.qdq`)."""
-    w = n.src[1]
+def _unit_depthwise(n: Node, w: np.ndarray, a: ConvAttrs) -> bool:
+    """A depthwise convolution whose weights (less their zero point) are all 1: a window sum
+    (an imported QDQ AveragePool, see `frontend.qdq`)."""
     c = n.src[0].shape[1] if n.src[0].rank == 4 else -1
-    return (a.group == c and w.op is Op.CONST and w.value.shape[:2] == (c, 1)
-            and bool(np.all(w.value == 1)))
+    return a.group == c and w.shape[:2] == (c, 1) and bool(np.all(w == 1))
 
 
 def _int8_source(r: Node) -> tuple[Node, RequantAttrs | None] | None:
@@ -422,8 +546,13 @@ def _add(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     for r in (ra, rb, rq.attrs):
         if r is not None and max(len(r.multiplier), len(r.shift)) > 1 and r.axis != 1:
             return None, "per-channel rescaling along another axis than the channels"
-    if len(rq.src) > 1:
-        return None, "a bias on the sum"
+    bias = None
+    if len(rq.src) > 1:  # the operands' zero points, folded into one offset of the sum
+        b = rq.src[1]
+        if b.op is not Op.CONST or b.value.size not in (1, out.c) or (
+                b.value.size > 1 and rq.attrs.axis != 1):
+            return None, "a bias on the sum that is not a constant per tensor or channel"
+        bias = np.broadcast_to(b.value.astype(np.int32).reshape(-1), (out.c,)).copy()
     nodes = [n, rq] + [s for s in n.src] + [s.src[0] for s in n.src if s.op is Op.REQUANTIZE]
     exclusive = [s for s in nodes if s is not n and s is not rq]
     if any(len(users.get(s, [])) != 1 for s in exclusive):
@@ -431,4 +560,4 @@ def _add(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
     return AddLayer(rq.name, "add", nodes, [ia, ib], out, requant_a=ra, requant_b=rb,
-                    requant=attrs), None
+                    requant=attrs, bias=bias), None
