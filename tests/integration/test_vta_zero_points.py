@@ -121,3 +121,40 @@ def test_the_digits_cnn_and_lenet(options, tmp_path: Path):
     shape = (1, 1, 28, 28)
     q = ort_quantize(models.lenet(), samples(shape, 4, 0), tmp_path, **options)
     assert not offloaded_and_exact(q, samples(shape, 2, 1))
+
+
+def test_a_tflite_scheme_model(tmp_path: Path):
+    """TFLite's int8 scheme, written as QDQ: asymmetric int8 activations, symmetric per-channel
+    int8 weights (zero points 0)."""
+    model, shape = random_net(5)
+    q = ort_quantize(model, samples(shape, 4, 5), tmp_path, act="QInt8", per_channel=True)
+    init = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    zps = [init[n.input[2]] for n in q.graph.node if n.op_type == "DequantizeLinear"
+           and len(n.input) > 2 and init.get(n.input[0]) is not None
+           and init[n.input[0]].dtype == np.int8 and init[n.input[0]].ndim == 4]
+    assert zps and not any(np.any(z) for z in zps)  # the weights are symmetric
+    acts = [init[n.input[2]] for n in q.graph.node if n.op_type == "QuantizeLinear"]
+    assert any(np.any(z) for z in acts)  # the activations are not
+    assert not offloaded_and_exact(q, samples(shape, 2, 6))
+
+
+@pytest.mark.rtl
+def test_the_digits_cnn_quantised_by_onnxruntime_on_rtl(tmp_path: Path):
+    from rtl_helpers import require_rtl
+
+    require_rtl()
+    x, _ = digits.test_split()
+    q = ort_quantize(digits.load_model(), [x[i:i + 1] for i in range(8)], tmp_path,
+                     act="QInt8", per_channel=True)
+    art = Artifact.load(compile_model(q, target="vta").to_bytes())
+    sim = GraphExecutor(art, runner_options={"vta": {"device": "sim"}})
+    rtl = GraphExecutor(art, runner_options={"vta": {"device": "rtl"}})
+    try:
+        for i in range(2):
+            for ex in (sim, rtl):
+                ex.set_input(0, x[i:i + 1])
+                ex.run()
+            np.testing.assert_array_equal(sim.get_output(0), rtl.get_output(0))
+            assert sim.runners["vta"].last_runs[0].cycles == rtl.runners["vta"].last_runs[0].cycles
+    finally:
+        rtl.close()

@@ -3,11 +3,12 @@
 A *layer* is a group of integer-graph nodes that the accelerator runs as one unit, reading and
 writing int8 activations in its packed layout:
 
-- ``conv``: CONV_INTEGER (groups 1, dilation 1, zero points 0, padding <= 15) or
+- ``conv``: CONV_INTEGER (groups 1, dilation 1, padding <= 15; zero points folded, see
+  docs/vta.md "Zero points") or
   MATMUL_INTEGER (a 1x1 convolution over an (M/B) x 1 image), followed by its REQUANTIZE to
   int8 (bias, clamp, multiplier, rounding shift, zero point, ReLU/ReLU6/clip as MIN/MAX);
-- ``max_pool``: MAX_POOL of an int8 tensor (zero padding only where the input cannot be
-  negative: the ALU pads with zeros);
+- ``max_pool``: MAX_POOL of an int8 tensor (its padding the least value the input can take:
+  zeros where it cannot be negative, else a frame, `activation_frames`);
 - ``avg_pool``: average pooling as the integer graph writes it, with int8 input and output:
   global, ``REQUANTIZE(REDUCE_SUM(CAST(x), axes (2, 3), keepdims))``, or windowed, a depthwise
   CONV_INTEGER with unit weights (an imported QDQ AveragePool) and its REQUANTIZE: the
