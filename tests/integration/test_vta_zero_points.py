@@ -158,3 +158,58 @@ def test_the_digits_cnn_quantised_by_onnxruntime_on_rtl(tmp_path: Path):
             assert sim.runners["vta"].last_runs[0].cycles == rtl.runners["vta"].last_runs[0].cycles
     finally:
         rtl.close()
+
+
+def test_readers_that_need_different_padding(tmp_path: Path):
+    """An activation read by a padded convolution (its padding must hold the zero point) and
+    by a padded max pool over values that can be -128 (its padding must be -128): the first
+    reader keeps the frame, the other runs on the CPU with its reason; the results stay
+    exact."""
+    rng = np.random.default_rng(3)
+    w = [numpy_helper.from_array((rng.standard_normal(s) / 4).astype(np.float32), n)
+         for n, s in (("w1", (16, 3, 3, 3)), ("w2", (16, 16, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3]),
+             helper.make_node("Conv", ["c1", "w2"], ["y1"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c1"], ["y2"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1])]
+    shape = (1, 3, 10, 10)
+    graph = helper.make_graph(
+        nodes, "two_readers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2")], w)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    q = ort_quantize(model, samples(shape, 4, 0), tmp_path, act="QInt8")
+    art = compile_model(q, target="vta")
+    fallback = art.plan.sections["vta"].meta["cpu_fallback"]
+    assert len(fallback) == 1, fallback
+    (why,) = fallback.values()
+    assert "reads the same activation with padding" in why, why
+    vta, cpu = GraphExecutor(art), GraphExecutor(compile_model(q, target="cpu"))
+    for x in samples(shape, 2, 1):
+        for ex in (vta, cpu):
+            ex.set_input(0, x)
+            ex.run()
+        for k in range(2):
+            np.testing.assert_array_equal(vta.get_output(k), cpu.get_output(k))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda info: info.update(frame=16), r"a frame of 1\.\.15 elements and an int8 fill"),
+    (lambda info: info.update(fill=200), r"got frame 1, fill 200"),
+    (lambda info: info.update(param=True), r"on an int8 activation"),
+    (lambda info: info.pop("frame"), r"got frame None"),
+])
+def test_a_corrupt_frame_is_refused_at_load(edit, message, tmp_path: Path):
+    x, _ = digits.test_split()
+    q = ort_quantize(digits.load_model(), [x[i:i + 1] for i in range(4)], tmp_path,
+                     act="QInt8")
+    art = Artifact.load(compile_model(q, target="vta").to_bytes())
+    slots = art.plan.sections["vta"].meta["regions"][0]["slots"]
+    framed = [info for info in slots.values() if "frame" in info]
+    assert framed
+    edit(framed[0])
+    from vtakit.runtime import ArtifactError
+
+    with pytest.raises(ArtifactError, match=message):
+        Artifact.load(Artifact(art.manifest, art.plan).to_bytes())
