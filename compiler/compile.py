@@ -16,6 +16,7 @@ from vtakit.runtime.plan import Plan
 
 from .backend import PlanSection, get_backend
 from .frontend.onnx import import_onnx
+from .ir.graph import Graph
 from .lowering import lower_graph
 from .pipeline import optimize as optimize_graph
 
@@ -23,6 +24,19 @@ from .pipeline import optimize as optimize_graph
 def _lower(model: Any, target: str, options: Any, cpu_options: Any, threads: int,
            batch_size: int, optimize: bool, quantize: Any = None, calib: Any = None,
            ) -> tuple[Plan, list[PlanSection], Any]:
+    plan, sections, _, report = lower_model_graph(
+        model, target=target, options=options, cpu_options=cpu_options, threads=threads,
+        batch_size=batch_size, optimize=optimize, quantize=quantize, calib=calib)
+    return plan, sections, report
+
+
+def lower_model_graph(model: Any, *, target: str = "cpu", options: Any = None,
+                      cpu_options: Any = None, threads: int = 2, batch_size: int = 1,
+                      optimize: bool = True, quantize: Any = None, calib: Any = None,
+                      ) -> tuple[Plan, list[PlanSection], Graph, Any]:
+    """`lower_model`, with what it was lowered from: (the plan, each backend's section with the
+    nodes it took, the graph those index, the quantiser's report or None). `vtakit compare`
+    counts the offload on them."""
     get_backend(target)  # an unknown target fails before the import
     g = import_onnx(model, batch_size=batch_size)
     report = None
@@ -34,9 +48,9 @@ def _lower(model: Any, target: str, options: Any, cpu_options: Any, threads: int
                              "directory of .npy files or an iterable of arrays)")
         qopts = quantize if isinstance(quantize, QuantOptions) else QuantOptions()
         g, report = quantize_graph(g, calib, qopts)
-    plan, sections = lower_graph(optimize_graph(g) if optimize else g, target, options,
-                                 threads=threads, cpu_options=cpu_options)
-    return plan, sections, report
+    g = optimize_graph(g) if optimize else g
+    plan, sections = lower_graph(g, target, options, threads=threads, cpu_options=cpu_options)
+    return plan, sections, g, report
 
 
 def lower_model(model: Any, *, target: str = "cpu", options: Any = None,

@@ -85,6 +85,9 @@ class TestDigits:
         assert (a.device, a.config, a.config_hash, a.clock_mhz) == \
             ("sim", "default", "eb4589e8", 100)
         assert a.macs_per_cycle == 256 and a.regions == 1 and a.cpu_fallback == {}
+        off = report.offload  # everything offloaded (tests/test_compare_offload.py: the rest)
+        assert off.mac_share == 1 and off.accelerator_macs == off.macs == a.model_macs
+        assert off.fallback == [] and off.no_pattern == []
         assert a.cycles > 0 and a.cycles_min == a.cycles == a.cycles_max
         assert a.time_us == pytest.approx(a.cycles / 100)
         # 3×3 convolutions 1→16, 16→32, 32→16 on 8×8, 4×4; dense 256→64, 64→10

@@ -530,19 +530,33 @@ def _echo_files(report: Any) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("vtakit-compare"), show_default=True,
               help="Folder for report.json, layers.png and trace.json.")
+@click.option("--require-offload", "require_offload", default=None, metavar="PCT",
+              help="Exit with 1 (after writing the report) when the accelerator ran less than "
+                   "PCT % (0 to 100) of the model's convolution / matmul MACs.")
 def compare_cmd(model: Path, config: str, device: str, data: Path | None, calib: Path | None,
-                samples: int | None, seed: int, out: Path) -> None:
+                samples: int | None, seed: int, out: Path, require_offload: str | None) -> None:
     """fp32 on the CPU vs int8 on the CPU vs int8 on the accelerator: output agreement,
-    accuracy, latency, cycles, MAC utilisation, DRAM traffic and a per-layer breakdown (table,
+    accuracy, latency, cycles, MAC utilisation, DRAM traffic, the share of the model the
+    accelerator ran (and why the rest stayed on the CPU) and a per-layer breakdown (table,
     PNG plot, JSON report, Perfetto trace). Exits with 1 if the accelerator's outputs differ
-    from the CPU's int8 outputs. See docs/compare.md."""
+    from the CPU's int8 outputs, or with --require-offload if it ran too little of the model.
+    See docs/compare.md."""
+    from vtakit.compare import check_percent
+
+    # before anything runs; a ValueError is one line "Error: ...", exit 2
+    pct = None if require_offload is None else check_percent(require_offload,
+                                                             "--require-offload")
     report = _run_compare(model, config=config, device=device, data=data, calib=calib,
                           samples=samples, seed=seed, out=out)
     click.echo(report.table())
     click.echo("")
     _echo_files(report)
-    if not report.ok:
-        raise click.ClickException(report.agreement_line())
+    problems = [] if report.ok else [report.agreement_line()]
+    short = None if pct is None else report.offload.shortfall(pct)
+    if short is not None:
+        problems.append(short)
+    if problems:
+        raise click.ClickException("; ".join(problems))
 
 
 @main.command("demo")

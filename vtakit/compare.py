@@ -3,7 +3,9 @@
 `compare` compiles the model for each, runs the same samples through all three (batch 1, one
 sample at a time) and returns a `CompareReport`: output agreement (the accelerator must match the
 CPU's int8 path bit for bit), top-1 agreement and accuracy, CPU latency, the accelerator's cycles,
-MAC utilisation and DRAM traffic, and a per-layer breakdown. With ``out_dir`` it also writes
+MAC utilisation and DRAM traffic, how much of the model's work the accelerator ran (its share of
+the convolution / matmul MACs and of the plan's steps, and why the rest stayed on the CPU), and a
+per-layer breakdown. With ``out_dir`` it also writes
 ``report.json``, ``layers.png`` (per-layer time and utilisation) and ``trace.json`` (a
 Perfetto / Chrome trace of one accelerator run, ``sim`` device only). ``vtakit compare`` and
 ``vtakit demo`` are thin wrappers around it; docs/compare.md explains every column.
@@ -31,8 +33,9 @@ import onnx
 
 from vtakit.vta_hw.config import HwConfig
 
-__all__ = ["CompareReport", "BackendResult", "AcceleratorResult", "LayerResult", "compare",
-           "load_data", "is_digits_model", "plot_layers", "DEFAULT_RANDOM_SAMPLES"]
+__all__ = ["CompareReport", "BackendResult", "AcceleratorResult", "LayerResult",
+           "OffloadResult", "CpuNode", "compare", "load_data", "is_digits_model", "plot_layers",
+           "node_macs", "check_percent", "DEFAULT_RANDOM_SAMPLES"]
 
 #: Samples drawn when there is no data (random inputs).
 DEFAULT_RANDOM_SAMPLES = 32
@@ -120,7 +123,8 @@ class AcceleratorResult:
         Every output of every sample equals the CPU int8 path's, byte for byte.
     mismatched_samples : int
     cpu_fallback : dict of str to str
-        Node -> why it stayed on the CPU (from the compiler).
+        Node -> why it stayed on the CPU (the accelerator backend's ``cpu_fallback``; recomputed
+        with its layer finder when it took no node, as the plan then has no ``vta`` section).
     device_seconds : float
         Wall time the device took for all samples (a simulator's speed, not the hardware's).
     """
@@ -159,7 +163,7 @@ class LayerResult:
     backend : str
         Where it ran: ``vta`` or ``cpu``.
     macs : int
-        The layer's multiply-accumulates (0 on the CPU side and for pooling).
+        The step's multiply-accumulates (`node_macs` of its node on the CPU; 0 for pooling).
     cycles : int or None
         Accelerator cycles of the layer run as its own stream (None on the CPU).
     time_us : float
@@ -189,6 +193,124 @@ class LayerResult:
 
 
 @dataclass
+class CpuNode:
+    """A node of the integer graph that ran on the CPU.
+
+    Attributes
+    ----------
+    name, op : str
+        The node and its operation (for a fallback named after a layer's requantisation, the
+        operation of the convolution or matmul it requantises).
+    macs : int
+        Its multiply-accumulates (`node_macs`; 0 for a pool or an add).
+    reason : str
+        Why it is not on the accelerator.
+    """
+
+    name: str
+    op: str
+    macs: int
+    reason: str
+
+
+@dataclass
+class OffloadResult:
+    """How much of the model the accelerator ran.
+
+    The MACs are those of the integer graph's convolutions and matmuls (``conv_integer``,
+    ``matmul_integer``, ``qlinear_conv``, ``qlinear_matmul``, and the float ``conv``,
+    ``conv_transpose``, ``matmul`` and ``gemm`` the quantiser left), counted by `node_macs`, the
+    formula of the accelerator's layers' ``macs``.
+
+    Attributes
+    ----------
+    macs : int
+        All of the model's MACs.
+    accelerator_macs : int
+        Those of the nodes the accelerator ran.
+    mac_share : float or None
+        ``accelerator_macs / macs`` (None when the model has no MACs).
+    steps, accelerator_steps : int
+        Steps of the accelerator's plan, and those that ran on the accelerator.
+    step_share : float or None
+        ``accelerator_steps / steps``.
+    fallback : list of CpuNode
+        The accelerator backend's ``cpu_fallback``: nodes an accelerator layer could have
+        started from, left on the CPU, and why.
+    no_pattern : list of CpuNode
+        The other nodes with MACs that ran on the CPU: no accelerator layer pattern applies to
+        them (a float convolution the quantiser kept, an operation the accelerator has no layer
+        for).
+    """
+
+    macs: int
+    accelerator_macs: int
+    mac_share: float | None
+    steps: int
+    accelerator_steps: int
+    step_share: float | None
+    fallback: list[CpuNode] = field(default_factory=list)
+    no_pattern: list[CpuNode] = field(default_factory=list)
+
+    @property
+    def cpu_macs(self) -> int:
+        return self.macs - self.accelerator_macs
+
+    def headline(self) -> str:
+        """One line: the accelerator's share of the MACs and of the steps."""
+        steps = (f"{self.accelerator_steps} of {self.steps} steps "
+                 f"({_pct_floor(self.step_share)})")
+        if not self.macs:
+            return (f"offload: the model has no convolution / matmul MACs; the accelerator ran "
+                    f"{steps}")
+        return (f"offload: the accelerator ran {_pct_floor(self.mac_share)} of the model's "
+                f"MACs ({self.accelerator_macs:,} of {self.macs:,}) and {steps}")
+
+    def lines(self) -> list[str]:
+        """`headline`, then every CPU fallback and every node with MACs that no accelerator
+        pattern took, with its op, MACs and reason."""
+        out = [self.headline()]
+        groups = [(self.fallback, "CPU fallback, with the compiler's reason"),
+                  (self.no_pattern, "on the CPU because no accelerator pattern applies")]
+        rows = [r for g, _ in groups for r in g]
+        wn = max([len(r.name) for r in rows] + [4])
+        wo = max([len(r.op) for r in rows] + [2])
+        wm = max([len(f"{r.macs:,}") for r in rows] + [4])
+        for nodes, title in groups:
+            if not nodes:
+                continue
+            macs = sum(r.macs for r in nodes)
+            out.append(f"  {title}: {len(nodes)} node{'s' * (len(nodes) != 1)}, {macs:,} "
+                       f"MACs")
+            for r in nodes:
+                m = f"{r.macs:,}" if r.macs else "-"
+                out.append(f"    {r.name:<{wn}} {r.op:<{wo}} {m:>{wm}} MACs  {r.reason}")
+        return out
+
+    def shortfall(self, require_pct: float) -> str | None:
+        """The failure line when the accelerator ran less than `require_pct` % of the MACs
+        (a model without MACs fails any requirement above 0); None when it meets it."""
+        pct = check_percent(require_pct, "require_pct")
+        if self.mac_share is not None and 100 * self.mac_share >= pct:
+            return None
+        if self.mac_share is None:
+            if pct == 0:
+                return None
+            got = "the model has no convolution / matmul MACs to offload"
+        else:
+            got = (f"the accelerator ran {_pct_floor(self.mac_share)} of the model's MACs "
+                   f"({self.accelerator_macs:,} of {self.macs:,})")
+        cpu = sorted([(r, "fallback") for r in self.fallback]
+                     + [(r, "no pattern") for r in self.no_pattern], key=lambda t: -t[0].macs)
+        cpu = [t for t in cpu if t[0].macs]
+        where = ", ".join(f"{r.name} ({r.op}, {r.macs:,} MACs, {why})" for r, why in cpu[:3])
+        if len(cpu) > 3:
+            where += f" and {len(cpu) - 3} more"
+        return (f"offload: {got}, below the {pct:g}% required (--require-offload {pct:g})"
+                + (f"; on the CPU: {where}" if where else ""))
+
+
+@dataclass
 class CompareReport:
     """What `compare` found; `table` prints it, `to_json` is the JSON report.
 
@@ -207,6 +329,8 @@ class CompareReport:
         ``cpu-fp32``, ``cpu-int8``, ``vta``, in that order.
     accelerator : AcceleratorResult
     layers : list of LayerResult
+    offload : OffloadResult
+        The accelerator's share of the MACs and steps, and what ran on the CPU and why.
     files : dict of str to str
         ``report``, ``plot``, ``trace`` -> path, for those written.
     notes : list of str
@@ -220,6 +344,7 @@ class CompareReport:
     backends: list[BackendResult]
     accelerator: AcceleratorResult
     layers: list[LayerResult]
+    offload: OffloadResult
     files: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -279,11 +404,9 @@ class CompareReport:
             total = sum(a.dram_read_bytes.values())
             acc.append(f"  DRAM/sample: read {total:,} B ({reads}), write "
                        f"{a.dram_write_bytes:,} B")
-        if a.cpu_fallback:
-            acc.append("  on the CPU: " + "; ".join(f"{k}: {v}"
-                                                    for k, v in a.cpu_fallback.items()))
         acc.append(f"  {a.device} ran {self.samples} samples in {a.device_seconds:.2f} s")
-        return "\n".join([head, "", *rows, "", *acc, "", self.agreement_line()])
+        return "\n".join([head, "", *rows, "", *self.offload.lines(), "", *acc, "",
+                          self.agreement_line()])
 
     def layer_table(self) -> str:
         """One row per step of the accelerator's plan."""
@@ -324,6 +447,27 @@ def _finite(obj: Any) -> Any:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def _pct_floor(v: float | None) -> str:
+    """A share rounded down to 0.01 %, so that 100.00% means all of it."""
+    return "-" if v is None else f"{math.floor(10000 * v) / 100:.2f}%"
+
+
+def check_percent(value: Any, what: str = "require_offload") -> float:
+    """`value` as a percentage, a float from 0 to 100 (a number, or text that is one);
+    `TypeError` / `ValueError` naming `what` and what was received otherwise."""
+    expect = "expected a percentage, a number from 0 to 100 (e.g. 90)"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.integer,
+                                                         np.floating)):
+        raise TypeError(f"{what}: got {type(value).__name__} {value!r}; {expect}")
+    try:
+        pct = float(value)
+    except ValueError:
+        raise ValueError(f"{what}: got {value!r}; {expect}") from None
+    if not 0 <= pct <= 100:  # NaN too
+        raise ValueError(f"{what}: got {value!r}; {expect}")
+    return pct
 
 
 def _num(v: float | None) -> str:
@@ -493,9 +637,13 @@ def compare(model: str | os.PathLike | onnx.ModelProto, *, config: str = "defaul
         from vtakit.compiler.backend.vta import resolve_config
 
         cfg = resolve_config(config)
+    fallback = (dict(meta["cpu_fallback"]) if "cpu_fallback" in meta
+                else _fallback_reasons(plans.graph, cfg))
+    offload = _offload(plans, fallback)
     runs = _run(plans, inputs, xs, device, progress or _null_bar, say)
     report = _build_report(name=name, source=source, calib_source=calib_source, labels=labels,
-                           runs=runs, cfg=cfg, config=config, device=device, meta=meta)
+                           runs=runs, cfg=cfg, config=config, device=device, meta=meta,
+                           fallback=fallback, offload=offload, graph=plans.graph)
     report.notes[:0] = notes
     if out_dir is not None:
         _write_files(report, Path(out_dir), plans.vta, inputs, xs, device, cfg, say)
@@ -579,20 +727,109 @@ class _Plans:
     fp32: Any
     int8: Any
     vta: Any
+    graph: Any                  # the integer graph the accelerator's plan was lowered from
+    on_vta: frozenset[int]      # id() of its nodes the accelerator runs
+    quant: Any                  # the quantiser's report (which nodes it kept in float)
 
 
 def _compile(proto: onnx.ModelProto, config: str, calib: Any, say: Callable[[str], object]
              ) -> _Plans:
-    from vtakit.compiler.compile import lower_model
+    from vtakit.compiler.compile import lower_model, lower_model_graph
 
     say("compiling: fp32 for the CPU")
     p32 = lower_model(proto, target="cpu")
     say("compiling: int8 for the CPU")
     p8 = lower_model(proto, target="cpu", quantize=True, calib=calib)
     say(f"compiling: int8 for the accelerator (config {config})")
-    pv = lower_model(proto, target="vta", options={"config": config}, quantize=True,
-                     calib=calib)
-    return _Plans(p32, p8, pv)
+    # the integer graph and the nodes the accelerator took: the offload is counted on them
+    pv, sections, g, quant = lower_model_graph(proto, target="vta", options={"config": config},
+                                               quantize=True, calib=calib)
+    taken: frozenset[int] = next((s.taken for s in sections if s.backend == "vta"),
+                                 frozenset())
+    return _Plans(p32, p8, pv, g, frozenset(id(g.nodes[i]) for i in taken), quant)
+
+
+def node_macs(n: Any) -> int:
+    """The multiply-accumulates of a graph node: a convolution's ``N*OC*OH*OW * IC/groups*KH*KW``
+    (its output's size times one output's share of the weights), a transposed convolution's
+    ``N*IC*IH*IW * OC/groups*KH*KW``, a matmul's or gemm's ``M*N*K``; 0 for any other node. The
+    formula of the accelerator's layers' ``macs`` (docs/vta.md)."""
+    from vtakit.compiler.ir.ops import GemmAttrs, Op
+
+    op = n.op
+    if op in (Op.CONV, Op.CONV_INTEGER, Op.QLINEAR_CONV):
+        w = n.src[3 if op is Op.QLINEAR_CONV else 1]
+        return int(math.prod(n.shape) * math.prod(w.shape[1:]))
+    if op is Op.CONV_TRANSPOSE:
+        return int(math.prod(n.src[0].shape) * math.prod(n.src[1].shape[1:]))
+    if op in (Op.MATMUL, Op.MATMUL_INTEGER, Op.QLINEAR_MATMUL):
+        a = n.src[0].shape
+        return int(math.prod(n.shape) * (a[-1] if a else 1))
+    if op is Op.GEMM:
+        a = n.src[0].shape
+        trans = isinstance(n.attrs, GemmAttrs) and n.attrs.trans_a
+        return int(math.prod(n.shape) * (a[0] if trans else a[-1]))
+    return 0
+
+
+def _fallback_reasons(g: Any, cfg: HwConfig) -> dict[str, str]:
+    """The accelerator backend's ``cpu_fallback`` of a plan it took no node of (the plan then
+    has no ``vta`` section to keep it): its layer finder's reasons, and each layer's that no
+    tiling fits."""
+    from vtakit.compiler.backend.vta import requant_programs
+    from vtakit.compiler.backend.vta.layers import find_layers
+    from vtakit.compiler.backend.vta.schedule import NoSchedule, choose
+
+    layers, why = find_layers(g, cfg)
+    for L in layers:
+        try:
+            choose(L, requant_programs(L, cfg), cfg)
+        except NoSchedule as err:
+            why[L.name] = str(err)
+    return why
+
+
+def _offload(plans: _Plans, fallback: dict[str, str]) -> OffloadResult:
+    """The accelerator's share of the integer graph's MACs and of the plan's steps; the CPU
+    fallbacks (`fallback`: node -> reason) and the other nodes with MACs on the CPU."""
+    from vtakit.compiler.ir.ops import Op
+
+    g = plans.graph
+    by_name = {n.name: n for n in g.nodes if n.name}
+    kept = {r.name: r.kind for r in getattr(plans.quant, "layers", [])
+            if r.kind.startswith("float")}
+    explained: set[int] = set()
+    fb = []
+    for key, reason in fallback.items():
+        n = by_name.get(key)
+        if n is not None and not node_macs(n) and n.op is Op.REQUANTIZE and n.src \
+                and node_macs(n.src[0]):
+            n = n.src[0]  # a layer named after its requantisation: the work is its source's
+        if n is not None:
+            explained.add(id(n))
+        fb.append(CpuNode(key, n.op.value if n is not None else "?",
+                          node_macs(n) if n is not None else 0, str(reason)))
+    total = acc = 0
+    none = []
+    for n in g.nodes:
+        m = node_macs(n)
+        total += m
+        if id(n) in plans.on_vta:
+            acc += m
+        elif m and id(n) not in explained:
+            dt = np.dtype(n.dtype.np).name
+            if n.dtype.is_float:
+                how = kept.get(n.name, "float")
+                how = how[how.find("(") + 1:-1] if "(" in how else "not quantised"
+                why = (f"{dt}: kept in float by the quantiser ({how}); the accelerator runs "
+                       f"int8 layers")
+            else:
+                why = f"{dt} {n.op.value}: no accelerator layer takes this operation"
+            none.append(CpuNode(n.name, n.op.value, m, why))
+    steps = plans.vta.steps
+    on = sum(s.backend == "vta" for s in steps)
+    return OffloadResult(total, acc, acc / total if total else None, len(steps), on,
+                         on / len(steps) if steps else None, fb, none)
 
 
 @dataclass
@@ -699,7 +936,8 @@ def _top1(outs: list[list[np.ndarray]]) -> np.ndarray | None:
 
 
 def _build_report(*, name: str, source: str, calib_source: str, labels: np.ndarray | None,
-                  runs: _Runs, cfg: HwConfig, config: str, device: str, meta: dict[str, Any]
+                  runs: _Runs, cfg: HwConfig, config: str, device: str, meta: dict[str, Any],
+                  fallback: dict[str, str], offload: OffloadResult, graph: Any
                   ) -> CompareReport:
     from vtakit.vta_sim import SimStats
 
@@ -740,7 +978,6 @@ def _build_report(*, name: str, source: str, calib_source: str, labels: np.ndarr
             reads[k] = reads.get(k, 0) + int(v)
     gemm_macs = sum(s.gemm_macs for s in sim) if sim_all else None
     last_cycles = sum(s.cycles for s in sim) if sim_all else 0
-    fallback = dict(meta.get("cpu_fallback", {}))
     if not meta.get("regions"):
         notes.append("no layer of this model ran on the accelerator")
     accel = AcceleratorResult(
@@ -762,13 +999,15 @@ def _build_report(*, name: str, source: str, calib_source: str, labels: np.ndarr
     vnames = {s.name for s in runs.profv}
     cpu_ms = {s.name: s.ms for s in runs.profv_cpu}
     by_name = {lr.name: lr for lr in runs.layer_runs}
+    macs = {n.name: node_macs(n) for n in graph.nodes if n.name}
+    no_pattern = {r.name: r.reason for r in offload.no_pattern}
     layers = []
     for s in runs.profv:
         int8 = [p.ms for p in runs.prof8 if p.name == s.name
                 or (p.name.startswith(s.name + ":") and p.name not in vnames)]
         cpu_us = 1e3 * sum(int8) if int8 else None
         node = s.name.split(":")[0]
-        note = str(fallback.get(s.name, fallback.get(node, "")))
+        note = str(fallback.get(s.name, fallback.get(node, no_pattern.get(s.name, ""))))
         lr = by_name.get(s.name) if s.backend == "vta" else None
         if lr is not None:
             st = lr.stats if isinstance(lr.stats, SimStats) else None
@@ -781,11 +1020,11 @@ def _build_report(*, name: str, source: str, calib_source: str, labels: np.ndarr
                 (sum(st.dram_read_bytes.values()) + st.dram_write_bytes)
                 if st is not None else None, note))
         else:
-            layers.append(LayerResult(s.name, s.op, s.backend, 0, None,
+            layers.append(LayerResult(s.name, s.op, s.backend, macs.get(s.name, 0), None,
                                       1e3 * cpu_ms.get(s.name, s.ms), cpu_us, None, None,
                                       None, note))
     return CompareReport(name, n, source, calib_source, labels is not None, backends, accel,
-                         layers, notes=notes)
+                         layers, offload, notes=notes)
 
 
 def _write_files(report: CompareReport, out: Path, plan: Any, inputs: Sequence[_Input],
