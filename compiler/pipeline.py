@@ -20,12 +20,14 @@ from .passes import (
     fold_requant_clamp,
     fuse_elementwise,
     fuse_epilogues,
+    shift_uint8,
 )
 
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
     fold_constants,       # weights computed in the graph (casts, transposes...) become CONST
     eliminate_dead_code,  # no identities or no-op reshapes hide patterns from what follows
     fold_batch_norm,      # needs CONST BN parameters; leaves CONV/GEMM/MATMUL with a bias
+    shift_uint8,          # integer graphs: uint8 activations as int8 (the accelerator's type)
     fold_requant_clamp,   # integer graphs: a ReLU / clip joins its REQUANTIZE's bounds
     fuse_epilogues,       # bias adds, residual adds, activations into the producer
     fuse_elementwise,     # what remains elementwise, one loop per chain

@@ -8,6 +8,7 @@ from .fold_requant_clamp import fold_requant_clamp
 from .fuse_elementwise import fuse_elementwise
 from .fuse_epilogues import fuse_epilogues
 from .plan_memory import MemoryPlan, plan_memory
+from .shift_uint8 import shift_uint8
 
 __all__ = ["eliminate_dead_code", "fold_batch_norm", "fold_constants", "fold_requant_clamp",
-           "fuse_elementwise", "fuse_epilogues", "MemoryPlan", "plan_memory"]
+           "fuse_elementwise", "fuse_epilogues", "MemoryPlan", "plan_memory", "shift_uint8"]

@@ -109,7 +109,8 @@ def test_resnet18_memory_plan_reuses_memory_without_overlap(graphs):
 
 def test_passes_are_listed_by_name():
     assert [p.__name__ for p in PASSES] == [
-        "fold_constants", "eliminate_dead_code", "fold_batch_norm", "fold_requant_clamp",
+        "fold_constants", "eliminate_dead_code", "fold_batch_norm", "shift_uint8",
+        "fold_requant_clamp",
         "fuse_epilogues",
         "fuse_elementwise", "eliminate_dead_code"]
 
