@@ -1,5 +1,5 @@
-"""Models quantised as users quantise them (onnxruntime's quantize_static: asymmetric
-activations, per-channel or per-tensor weights, reduce_range; QDQ) on the accelerator: every
+"""Models quantised as users quantise them (onnxruntime's quantize_static: asymmetric uint8 or
+int8 activations, per-channel or per-tensor weights, reduce_range; QDQ) on the accelerator: every
 convolution, pooling, residual add and dense layer offloaded, and the outputs bit for bit those
 of the CPU-int8 path.
 
@@ -104,16 +104,21 @@ def offloaded_and_exact(q: onnx.ModelProto, xs: list[np.ndarray]) -> dict:
 @pytest.mark.parametrize("seed", range(12))
 def test_random_networks_quantised_by_onnxruntime(seed, tmp_path: Path):
     model, shape = random_net(seed)
-    q = ort_quantize(model, samples(shape, 4, seed), tmp_path, act="QInt8",
-                     per_channel=bool(seed % 2), reduce_range=seed % 3 == 0)
+    q = ort_quantize(model, samples(shape, 4, seed), tmp_path,
+                     act="QUInt8" if seed % 4 < 2 else "QInt8", per_channel=bool(seed % 2),
+                     reduce_range=seed % 3 == 0)
     fallback = offloaded_and_exact(q, samples(shape, 2, 100 + seed))
     assert not fallback, fallback
 
 
-@pytest.mark.parametrize("options", [dict(act="QInt8", per_channel=True),
+@pytest.mark.parametrize("options", [dict(act="QUInt8", per_channel=True),
+                                     dict(act="QUInt8", per_channel=False, reduce_range=True),
+                                     dict(act="QUInt8", per_channel=True, pre_process=True),
+                                     dict(act="QInt8", per_channel=True),
                                      dict(act="QInt8", per_channel=False, reduce_range=True),
                                      dict(act="QInt8", per_channel=True, pre_process=True)],
-                         ids=["pc", "pt-rr", "pc-pre"])
+                         ids=["u8-pc", "u8-pt-rr", "u8-pc-pre", "s8-pc", "s8-pt-rr",
+                              "s8-pc-pre"])
 def test_the_digits_cnn_and_lenet(options, tmp_path: Path):
     x, _ = digits.test_split()
     q = ort_quantize(digits.load_model(), [x[i:i + 1] for i in range(8)], tmp_path, **options)
