@@ -2,12 +2,19 @@
 int8 running the same model quantised by its own quantize_static, QDQ), measured in one run.
 
     .venv/bin/python benchmarks/int8_cpu.py [--threads 1 2] [--repeat 50] [--calib 32] [--quick]
+                                            [--models resnet18 mobilenet_v2] [--ort-calib 8]
+                                            [--ort-activations QUInt8 QInt8]
 
 Prints:
 - digits CNN: fp32 and int8 test accuracy on the shipped test split (target: within 1 point);
 - per model and thread count: quantise + compile time (32 calibration images), the median
   latency of ours fp32 / ours int8 / onnxruntime fp32 / onnxruntime int8, and the ratios of ours
-  int8 to the others (target: below 1 against ours fp32 and onnxruntime fp32 and int8).
+  int8 to the others (target: below 1 against ours fp32 and onnxruntime fp32 and int8);
+- the same file for both engines, the model as users quantise it: onnxruntime's
+  quant_pre_process + quantize_static (QDQ, QUInt8 or QInt8 activations, QInt8 per-channel
+  weights, 8 calibration images; `ort_models.py`) compiled by us for the CPU (compile time) and
+  run by onnxruntime, per model, activation type and thread count: the median latencies and
+  ours / onnxruntime (target <= 1.0x).
 """
 
 from __future__ import annotations
@@ -39,38 +46,49 @@ def _digits() -> None:
           f"difference {acc['int8'] - acc['fp32']:+.2f} points (target >= -1)")
 
 
-def _ort_int8(model, calib: list[np.ndarray], name: str) -> bytes:
-    """The model quantised by onnxruntime (static, QDQ, per-channel int8), as bytes."""
-    import tempfile
-    from pathlib import Path
+def _same_file(names: list[str], threads: list[int], acts: list[str], repeat: int,
+               calib_n: int) -> None:
+    """The model as users quantise it, one file for both engines: onnxruntime's
+    quant_pre_process + quantize_static (QDQ, `acts` activations, QInt8 per-channel weights),
+    compiled by us for the CPU against onnxruntime running the same file."""
+    import onnxruntime as ort
+    from ort_models import ort_quantize  # type: ignore[import-not-found]
 
-    import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from vtakit import models
+    from vtakit.compiler.compile import compile_model
+    from vtakit.runtime import InferenceSession
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(calib)
-
-        def get_next(self):  # noqa: ANN202
-            x = next(self.it, None)
-            return None if x is None else {name: x}
-
-    with tempfile.TemporaryDirectory() as d:
-        src, dst = Path(d) / "f.onnx", Path(d) / "q.onnx"
-        onnx.save(model, src)
-        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8)
-        return dst.read_bytes()
+    print("\nthe same file: onnxruntime's quant_pre_process + quantize_static (QDQ, QInt8 "
+          "per-channel weights), our CPU-int8 vs onnxruntime on it")
+    print(f"{'model':13s} {'activations':11s} {'thr':>3s} {'compile s':>9s} {'ours ms':>8s} "
+          f"{'ort ms':>8s}  ours/ort (target <= 1.0)")
+    for name in names:
+        model = getattr(models, name)()
+        inp = model.graph.input[0].name
+        rng = np.random.default_rng(0)
+        calib = [rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+                 for _ in range(calib_n)]
+        for act in acts:
+            blob = ort_quantize(model, calib, activation=act).SerializeToString()
+            feeds = {inp: calib[0]}
+            for t in threads:
+                t0 = time.perf_counter()
+                art = compile_model(blob, threads=t)
+                c_s = time.perf_counter() - t0
+                ours = InferenceSession(art, threads=t)
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = t
+                so.inter_op_num_threads = 1
+                theirs = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+                ms = _median_ms([lambda s=s, f=feeds: s.run(None, f) for s in (ours, theirs)],
+                                repeat)
+                print(f"{name:13s} {act:11s} {t:3d} {c_s:9.2f} {ms[0]:8.2f} {ms[1]:8.2f}  "
+                      f"{ms[0] / ms[1]:5.2f}x")
 
 
 def main() -> None:
     import onnxruntime as ort
+    from ort_models import ort_quantize  # type: ignore[import-not-found]
 
     from vtakit import models
     from vtakit.compiler.compile import compile_model
@@ -80,10 +98,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--calib", type=int, default=32, help="calibration images")
+    ap.add_argument("--ort-calib", type=int, default=8,
+                    help="calibration images for onnxruntime's quantize_static")
+    ap.add_argument("--ort-activations", nargs="+", choices=["QUInt8", "QInt8"],
+                    default=["QUInt8", "QInt8"],
+                    help="activation types of the same-file comparison (uint8 or int8, "
+                         "with their zero points)")
+    ap.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2"])
     ap.add_argument("--quick", action="store_true", help="digits and resnet18 only, 2 threads")
     args = ap.parse_args()
     _digits()
-    names = ["resnet18"] if args.quick else ["resnet18", "mobilenet_v2"]
+    names = ["resnet18"] if args.quick else args.models
     threads = [2] if args.quick else args.threads
     print(f"{'model':13s} {'thr':>3s} {'q+compile s':>11s} {'fp32 ms':>8s} {'int8 ms':>8s} "
           f"{'ort fp32':>8s} {'ort int8':>8s}  int8 vs: {'fp32':>5s} {'ort32':>5s} {'ort8':>5s}")
@@ -93,7 +118,8 @@ def main() -> None:
         rng = np.random.default_rng(0)
         shape = (1, 3, 224, 224)
         calib = [rng.standard_normal(shape).astype(np.float32) for _ in range(args.calib)]
-        ort_q = _ort_int8(model, calib[:8], inp)
+        ort_q = ort_quantize(model, calib[:args.ort_calib], activation="QInt8",
+                             pre_process=False).SerializeToString()
         for t in threads:
             fp = InferenceSession(compile_model(model, threads=t), threads=t)
             t0 = time.perf_counter()
@@ -112,6 +138,7 @@ def main() -> None:
             print(f"{name:13s} {t:3d} {qc_s:11.2f} {ms[0]:8.2f} {ms[1]:8.2f} {ms[2]:8.2f} "
                   f"{ms[3]:8.2f}  {'':8s} {ms[1] / ms[0]:5.2f} {ms[1] / ms[2]:5.2f} "
                   f"{ms[1] / ms[3]:5.2f}")
+    _same_file(names, threads, args.ort_activations, args.repeat, args.ort_calib)
 
 
 if __name__ == "__main__":
