@@ -1,7 +1,9 @@
 """ONNX → graph IR.
 
 `import_onnx` accepts ONNX models of the default domain, opset 13 and newer (opsets 7 to 12 are
-converted to 13 first, see `upgrade_opset`), with static shapes
+converted to 13 first, see `upgrade_opset`), and onnxruntime's quantised operators of the
+'com.microsoft' domain (QLinearAdd, QGemm...: imported as their QDQ form, see `ms_ops`), with
+static shapes
 (a symbolic leading dimension of an input is fixed to `batch_size`). Operands that decide an
 output shape (Reshape's shape, Slice's starts, Pad's pads, Clip's bounds...) must be constant at
 import time: initializers, Constant nodes, or subgraphs of them such as Shape → Gather → Concat,
@@ -34,6 +36,7 @@ from ..ir.graph import Graph, topological_order
 from ..ir.infer import InferError, infer
 from ..ir.interpreter import evaluate
 from ..ir.ops import Node, Op, const
+from . import ms_ops
 from .functions import function_body, tensor_type
 from .qdq import rewrite_qdq
 from .upgrade_opset import OLDEST_OPSET, TARGET_OPSET, upgrade_opset, without_large_initializers
@@ -377,12 +380,20 @@ class _Importer:
         from onnx import helper
 
         ctx = _Ctx(self, p, index)
-        if p.domain not in _DEFAULT_DOMAINS:
+        contrib = p.domain == ms_ops.DOMAIN and p.op_type in ms_ops.OPERATORS
+        if p.domain == ms_ops.DOMAIN and not contrib:
+            raise ctx.fail(f"operator '{p.op_type}' of domain '{p.domain}' is not supported; "
+                           f"supported in that domain: {', '.join(sorted(ms_ops.OPERATORS))} "
+                           f"(onnxruntime's quantised operators)")
+        if p.domain not in _DEFAULT_DOMAINS and not contrib:
             raise ctx.fail(f"domain '{p.domain}' is not supported; supported: the default "
                            f"ONNX domain ('' / 'ai.onnx')")
         for name in p.input:
             if name and name not in self.env:
                 raise InvalidModelError(f"{ctx.where}: input '{name}' is not defined before it")
+        if contrib:
+            self._contrib(ctx)
+            return
         handler = HANDLERS.get(p.op_type)
         if handler is None:
             self._expand(ctx)
@@ -411,6 +422,27 @@ class _Importer:
                 raise AssertionError(f"{ctx.where}: output '{name}' imported as {ours} (elem_type,"
                                      f" shape) but ONNX shape inference gives {theirs}")
 
+
+    def _contrib(self, ctx: _Ctx) -> None:
+        """Import an onnxruntime contrib operator as the standard nodes of its QDQ form (see
+        `ms_ops`), which `rewrite_qdq` then makes integer."""
+        from onnx import helper
+
+        p = ctx.proto
+        attrs = {a.name: helper.get_attribute_value(a) for a in p.attribute}
+        body = ms_ops.expand(p, attrs, ctx.where, lambda name: self.env[name])
+        form = " -> ".join(inner.op_type for inner in body if inner.op_type != "Constant")
+        for inner in body[:-1]:
+            if inner.output[0] in self.env:
+                raise ctx.fail(f"imported as {form}, whose tensor '{inner.output[0]}' is a "
+                               f"name the model already uses")
+        for k, inner in enumerate(body):
+            try:
+                self._node(k, inner)
+            except NonConstantError:
+                raise
+            except UnsupportedError as e:
+                raise ctx.fail(f"imported as {form}, and that failed: {e}") from None
 
     def _expand(self, ctx: _Ctx) -> None:
         """Import an operator that has no handler through its ONNX function body."""

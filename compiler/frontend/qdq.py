@@ -29,17 +29,24 @@ that every int8 backend computes bit for bit. Patterns, each ending in a Quantiz
 - QLinearConv / QLinearMatMul with constant scales and zero points: CONV_INTEGER /
   MATMUL_INTEGER → REQUANTIZE, as above (with scales given at run time they stay QLINEAR_* with
   their float requantisation; ConvInteger / MatMulInteger stay as they are).
+- onnxruntime's 'com.microsoft' operators (QLinearAdd, QGemm, ...) arrive as the QDQ form of
+  their float operator (`ms_ops`), so they take the patterns above.
 
 Multipliers and the shift come from `requant.choose` in fixed mode on the real multiplier
 (``x_scale * w_scale[c] / y_scale``) and the worst-case accumulator ``max |acc + bias|`` over
 every input the types allow, zero points included (``|x - x_zp| <= 255`` for int8 and uint8
 alike; with constant weights the bound is exact, see `_Rewrite.acc_bound`), so no input
-overflows int32; where that bound would cost multiplier bits, REQUANTIZE's clamp saturates the
-accumulator first at the magnitude past which the output is ``lo`` or ``hi`` anyway (exact: it
-changes no result). Weights written in float with their own QuantizeLinear (PyTorch) are quantised
-here. Everything else stays as imported: the float op between its DQ and Q nodes, which is also
-what happens to a quantised op of a form not listed (e.g. weights that are not DequantizeLinear
-outputs, an AveragePool with partial windows).
+overflows int32. With ``exact=True`` and the accumulator's own bound (without the bias), so that
+every output is within one step of the exact rational result for every input wherever the ALU
+allows it: where the plain fixed point is not (multipliers with too few bits for the worst-case
+accumulator, a tiny output scale whose multiplier passes the immediate, a tiny multiplier
+against a bias at the int32 limits, as onnxruntime writes it after enlarging a weight scale),
+REQUANTIZE saturates the accumulator first (its clamp: exact, it changes no result) or pre-shifts
+it (its ``pre_shift``); where nothing keeps the value, the error below. Weights written in float
+with their own QuantizeLinear (PyTorch) are quantised here. Everything else stays as imported:
+the float op between its DQ and Q nodes, which is also what happens to a quantised op of a form
+not listed (e.g. weights that are not DequantizeLinear outputs, an AveragePool with partial
+windows).
 
 **Where we differ from onnxruntime.** ORT requantises in float: ``nearbyint(acc * (x_scale *
 w_scale / y_scale)) + y_zp`` with a float32 multiplier, rounding half to even. We use a
@@ -55,7 +62,9 @@ further one-step differences. Quantised Add, average pools and rescales differ t
 **Errors.** A quantised form that cannot be made integer raises `UnsupportedError` naming the
 node and the operator: a scale or zero point that is not constant, an integer type other than
 int8 / uint8 (int32 for biases), per-channel scales on activations or along an axis that is not
-the output channel, a requantisation that cannot fit int32 (`requant.RequantError`). Blocked
+the output channel, a requantisation that cannot fit int32 or would lose the value
+(`requant.RequantError`, with the multipliers, bounds and output range), a float bias past
+int32 in the accumulator's scale. Blocked
 quantisation and 2- / 4-bit types are rejected earlier by the importer. Single QuantizeLinear /
 DequantizeLinear nodes (not around a recognised operator) import as they are, and so does
 everything with ``import_onnx(..., integer=False)``.
@@ -238,10 +247,14 @@ class _Rewrite:
             real = per_channel(b.value.astype(np.float64))
         else:
             return None
-        out = np.round(real / s_acc).astype(np.int64)
-        if np.any(np.abs(out) >= 1 << 31):
-            raise self.fail(f, "the bias does not fit int32 in the accumulator's scale")
-        return out
+        q = np.round(real / s_acc)
+        if np.any(np.abs(q) >= 1 << 31):
+            c = int(np.argmax(np.abs(q)))
+            raise self.fail(f, f"the bias does not fit int32 in the accumulator's scale: "
+                               f"channel {c}'s bias {float(real[c]):.6g} / accumulator scale "
+                               f"{float(s_acc[c]):.6g} = {float(q[c]):.6g}, past 2**31 (a bias "
+                               f"written as int32, as onnxruntime writes it, always fits)")
+        return q.astype(np.int64)
 
     # -- emitting ------------------------------------------------------------------------------
     def bounds(self, y: _Q, acts: Sequence[Node], f: Node) -> tuple[int, int]:
@@ -271,16 +284,23 @@ class _Rewrite:
 
     def requantize(self, acc: Node, bias: np.ndarray | None, real: np.ndarray,
                    bound: np.ndarray, axis: int, y: _Q, lo: int, hi: int, f: Node,
-                   name: str) -> Node:
+                   name: str, acc_bound: np.ndarray | None = None) -> Node:
+        """REQUANTIZE(acc + bias) by `real`, `bound` >= |acc + bias| and `acc_bound` >= |acc|
+        per channel (by default bound + |bias|): with it, `choose` may pre-shift (a bias near
+        the int32 limits, a tiny multiplier against a large accumulator)."""
+        if acc_bound is None:
+            acc_bound = bound + (0 if bias is None else np.abs(bias))
         try:
-            rq = R.choose(real, bound, "fixed", out_range=(lo, hi), zero_point=y.z)
+            rq = R.choose(real, bound, "fixed", out_range=(lo, hi), zero_point=y.z,
+                          acc_bound=acc_bound, exact=True)
         except R.RequantError as e:
             raise self.fail(f, f"cannot requantise within int32: {e}") from None
         src = [acc]
         if bias is not None and np.any(bias):
             src.append(const(bias.astype(np.int32), f"{f.name}:bias"))
         return _mk(Op.REQUANTIZE, *src, attrs=o.RequantAttrs(rq.multiplier, (rq.shift,), axis,
-                                                             lo, hi, y.z, rq.clamp),
+                                                             lo, hi, y.z, rq.clamp,
+                                                             (rq.pre_shift,)),
                    dtype=y.dtype, name=name)
 
     def rescale(self, x: _Q, y: _Q, lo: int, hi: int, f: Node, name: str) -> Node | None:
@@ -336,7 +356,8 @@ class _Rewrite:
         acc = _mk(Op.CONV_INTEGER, x.node, w.node, x.zero_node, w.zero_node, attrs=a,
                   name=f"{f.name}:acc")
         bound = self.acc_bound(x, w, 0, bias_q)
-        return self.requantize(acc, bias_q, s_acc / y.s, bound, 1, y, *lohi, f, name)
+        return self.requantize(acc, bias_q, s_acc / y.s, bound, 1, y, *lohi, f, name,
+                               self.acc_bound(x, w, 0, None))
 
     @staticmethod
     def acc_bound(x: _Q, w: _Q, axis: int, bias_q: np.ndarray | None) -> np.ndarray:
@@ -386,7 +407,7 @@ class _Rewrite:
         s_acc = x.s * np.broadcast_to(w.scale, (cols,))
         bound = self.acc_bound(x, w, 1, bias_q)
         return self.requantize(acc, bias_q, alpha * s_acc / y.s, bound, acc.rank - 1, y, *lohi,
-                               f, name)
+                               f, name, self.acc_bound(x, w, 1, None))
 
     def gemm(self, f: Node, acts: list[Node], y: _Q, name: str) -> Node | None:
         a = f.attrs
@@ -421,7 +442,8 @@ class _Rewrite:
             rq = R.choose(np.array([xa.s / y.s, xb.s / y.s]), np.array([xa.reach, xb.reach]),
                           "fixed", max_shift=20)
         except R.RequantError as e:
-            raise self.fail(f, f"cannot requantise within int32: {e}") from None
+            raise self.fail(f, f"cannot requantise within int32: the operands' scales / the "
+                               f"output's: {xa.s / y.s:.4g}, {xb.s / y.s:.4g}: {e}") from None
         ma, mb = rq.multiplier * 2 if len(rq.multiplier) == 1 else rq.multiplier
         full = (-(1 << 31), (1 << 31) - 1)
         terms = []

@@ -281,7 +281,8 @@ def _requantize(c: Call) -> Typed:
     if len(c.src) == 2 and (c.src[1].dtype is not DType.INT32 or c.src[1].shape != (ch,)):
         raise InferError(f"REQUANTIZE bias must be int32 of shape ({ch},) (axis {a.axis}), got "
                          f"{c.src[1].dtype.value}{list(c.src[1].shape)}")
-    for what, vals in (("multiplier", a.multiplier), ("shift", a.shift), ("clamp", a.clamp)):
+    for what, vals in (("multiplier", a.multiplier), ("shift", a.shift), ("clamp", a.clamp),
+                       ("pre_shift", a.pre_shift)):
         if len(vals) not in (1, ch):
             raise InferError(f"REQUANTIZE {what} has {len(vals)} values, expected 1 or {ch} "
                              f"(the size of axis {a.axis})")
@@ -289,6 +290,8 @@ def _requantize(c: Call) -> Typed:
         raise InferError(f"REQUANTIZE multipliers must fit int32, got {list(a.multiplier)}")
     if any(not 0 <= s <= 31 for s in a.shift):
         raise InferError(f"REQUANTIZE shifts must be in 0..31, got {list(a.shift)}")
+    if any(not 0 <= s <= 30 for s in a.pre_shift):
+        raise InferError(f"REQUANTIZE pre-shifts must be in 0..30, got {list(a.pre_shift)}")
     if any(not 0 <= v < (1 << 31) for v in a.clamp):
         raise InferError(f"REQUANTIZE clamps must be in 0..2**31-1 (0: none), got "
                          f"{list(a.clamp)}")

@@ -796,7 +796,14 @@ def requantize(x: np.ndarray, bias: np.ndarray | None, a: o.RequantAttrs,
         return np.asarray(vals, np.int64).reshape(shape if len(vals) > 1 else [1] * x.ndim)
 
     t = x.astype(np.int64)
-    if bias is not None:
+    if any(a.pre_shift):
+        # floor((x + bias + 2**(p-1)) / 2**p) without forming x + bias: low bits, shift, high
+        p = per_channel(a.pre_shift)
+        b = np.zeros(1, np.int64) if bias is None else bias.astype(np.int64)
+        b = b.reshape(shape if b.size > 1 else [1] * x.ndim)
+        low = (b & ((1 << p) - 1)) + np.where(p > 0, np.left_shift(1, np.maximum(p - 1, 0)), 0)
+        t = _wrap32(np.right_shift(_wrap32(t + low), p) + (b >> p))
+    elif bias is not None:
         t = _wrap32(t + bias.astype(np.int64).reshape(shape))
     if any(a.clamp):
         c = per_channel(a.clamp)

@@ -415,6 +415,20 @@ class RequantAttrs(Attrs):
     127]: clamp 10407 = ceil(128 * 2**20 / 12897), since x = 10407 already gives 128 → 127 and
     x = -10407 gives -128; x = 10**6 gives 127 as the exact product would, where without the
     clamp 10**6 * 12897 wraps int32.
+
+    ``pre_shift`` (0 to 30; 0: none) divides the accumulator by ``2**p`` (rounding half up)
+    before the clamp and the multiply, for a multiplier so small against an accumulator so
+    large that no 32-bit product keeps its bits (a tiny input scale, a bias near the int32
+    limits: see `quantize.requant`). With ``p = pre_shift[c] > 0`` the first step is instead::
+
+        t = x + ((bias[c] & (2**p - 1)) + 2**(p - 1))   the bias's low p bits, the rounding
+        t = t >> p                                       arithmetic
+        t = t + (bias[c] >> p)                           the bias's high bits
+
+    which is ``floor((x + bias + 2**(p-1)) / 2**p)`` without ever forming ``x + bias`` (which
+    may leave int32 where ``bias`` is near its limits); the constant in the first line fits
+    int32 for ``p <= 30``. Example: pre_shift 8, x = 1000, bias = 2**31 - 5: t = 1000 + (251 +
+    128) = 1379, >> 8 = 5, + 8388607 = 8388612 = floor((1000 + 2**31 - 5 + 128) / 256).
     """
 
     multiplier: tuple[int, ...]
@@ -424,6 +438,7 @@ class RequantAttrs(Attrs):
     hi: int
     zero_point: int = 0
     clamp: tuple[int, ...] = (0,)
+    pre_shift: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True, slots=True)

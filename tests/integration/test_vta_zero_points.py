@@ -218,3 +218,14 @@ def test_a_corrupt_frame_is_refused_at_load(edit, message, tmp_path: Path):
 
     with pytest.raises(ArtifactError, match=message):
         Artifact.load(Artifact(art.manifest, art.plan).to_bytes())
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_operator_form_models(seed, tmp_path: Path):
+    """QLinearConv / QLinearMatMul / QLinearAdd / QLinearGlobalAveragePool (the QOperator
+    format), as onnxruntime writes them."""
+    model, shape = random_net(seed)
+    q = ort_quantize(model, samples(shape, 4, seed), tmp_path, act="QInt8", fmt="QOperator",
+                     per_channel=True)
+    ops = {n.op_type for n in q.graph.node}
+    assert "QLinearConv" in ops, ops
+    fallback = offloaded_and_exact(q, samples(shape, 2, 100 + seed))
+    assert not fallback, fallback

@@ -105,14 +105,17 @@ def requant_programs(layer: Layer, cfg: HwConfig) -> tuple[RequantProgram, ...]:
     its sum's; an average pool's), in the order its code generator takes them."""
     if isinstance(layer, ConvLayer):
         assert layer.requant is not None
-        return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
+        return (requant_program(layer.requant, layer.bias, layer.out.c, cfg,
+                                layer.acc_bound),)
     if isinstance(layer, AddLayer):
         ident = RequantAttrs((1,), (0,), 1, -(1 << 31), (1 << 31) - 1)
-        return tuple(requant_program(r or ident, b, layer.out.c, cfg)
-                     for r, b in ((layer.requant_a, None), (layer.requant_b, None),
-                                  (layer.requant, layer.bias)))
+        return tuple(requant_program(r or ident, b, layer.out.c, cfg, bound)
+                     for r, b, bound in ((layer.requant_a, None, None),
+                                         (layer.requant_b, None, None),
+                                         (layer.requant, layer.bias, layer.acc_bound)))
     if isinstance(layer, PoolLayer) and layer.requant is not None:
-        return (requant_program(layer.requant, layer.bias, layer.out.c, cfg),)
+        return (requant_program(layer.requant, layer.bias, layer.out.c, cfg,
+                                layer.acc_bound),)
     return ()
 
 

@@ -23,7 +23,7 @@ to the CPU (for the compile report).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -97,6 +97,9 @@ class Layer:
     inputs: list[Operand]
     out: Operand
     fill: tuple[int, int] = (INT8_MIN, INT8_MAX)
+    #: per output channel, a bound on |acc + bias| as the integer graph computes the sum its
+    #: (last) requantisation starts from; None where unknown (`requant.requant_program`)
+    acc_bound: np.ndarray | None = None
 
     @property
     def macs(self) -> int:
@@ -302,10 +305,8 @@ def _im2col(L: ConvLayer, users: dict[Node, list[Node]], cfg: HwConfig) -> ConvL
     weight = L.weight.reshape(L.weight.shape[0], -1)[:, :, None, None]  # (O, C*KH*KW, 1, 1)
     spec = (kh, kw, *L.strides, *L.pads)
     xin = Operand(x.node, x.n, x.c * kh * kw, o.h, o.w, im2col=spec)
-    return ConvLayer(L.name, L.kind, L.nodes, [xin], o, fill=L.fill,
-                     weight=np.ascontiguousarray(weight),
-                     kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), requant=L.requant,
-                     bias=L.bias)
+    return replace(L, inputs=[xin], weight=np.ascontiguousarray(weight), kernel=(1, 1),
+                   strides=(1, 1), pads=(0, 0, 0, 0))
 
 
 def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
@@ -363,15 +364,25 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     bad = _requant_ok(rq, out.c, axis)
     if bad:
         return None, bad
-    bias = _bias_folded(rq, zx, weight.astype(np.int64).reshape(weight.shape[0], -1).sum(1))
+    flat_w = weight.astype(np.int64).reshape(weight.shape[0], -1)
+    bias = _bias_folded(rq, zx, flat_w.sum(1))
+    bound = _sum_bound(rq, max(INT8_MAX - zx, zx - INT8_MIN), np.abs(flat_w).sum(1))
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
     kind = "dense" if n.op is Op.MATMUL_INTEGER else "conv2d"
     nodes = [n, rq] + ([x] if flat and len(users.get(x, [])) == 1 else [])
     # a flattened input is read in place, element by element: it can have no frame
     fill = (0, 0) if flat else (zx, zx) if max(pads) else (INT8_MIN, INT8_MAX)
-    return ConvLayer(rq.name, kind, nodes, [xin], out, fill=fill, weight=weight, kernel=kernel,
-                     strides=strides, pads=pads, requant=attrs, bias=bias), None
+    return ConvLayer(rq.name, kind, nodes, [xin], out, fill=fill, acc_bound=bound,
+                     weight=weight, kernel=kernel, strides=strides, pads=pads, requant=attrs,
+                     bias=bias), None
+
+
+def _sum_bound(rq: Node, x_reach: int, weight_sums: np.ndarray) -> np.ndarray:
+    """``x_reach * sum |w| + |b|`` per output channel: a bound on the integer graph's
+    ``acc + bias`` where every input is at most `x_reach` from its zero point."""
+    b = np.abs(rq.src[1].value.astype(np.int64).reshape(-1)) if len(rq.src) > 1 else 0
+    return x_reach * weight_sums.astype(np.int64) + b
 
 
 def _input_zero_point(z: Node) -> tuple[int, str | None]:
@@ -442,8 +453,11 @@ def _window_sum(n: Node, a: ConvAttrs, xin: Operand, rq: Node, zx: int, cfg: HwC
     kernel = (int(a.kernel[0]), int(a.kernel[1]))
     bias = _bias_folded(rq, zx, np.full(out.c, kernel[0] * kernel[1], np.int64))
     pads = (int(a.pads[0]), int(a.pads[1]), int(a.pads[2]), int(a.pads[3]))
+    window = np.full(out.c, kernel[0] * kernel[1], np.int64)
     return PoolLayer(rq.name, "avg_pool", [n, rq], [xin], out,
-                     fill=(zx, zx) if max(pads) else (INT8_MIN, INT8_MAX), kernel=kernel,
+                     fill=(zx, zx) if max(pads) else (INT8_MIN, INT8_MAX),
+                     acc_bound=_sum_bound(rq, max(INT8_MAX - zx, zx - INT8_MIN), window),
+                     kernel=kernel,
                      strides=(int(a.strides[0]), int(a.strides[1])), pads=pads,
                      requant=attrs, bias=bias), None
 
@@ -507,7 +521,9 @@ def _avg_pool(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     h, w = x.shape[2], x.shape[3]
     bias = rq.src[1].value.astype(np.int32) if len(rq.src) > 1 else None
     return PoolLayer(rq.name, "avg_pool", [cast, n, rq], [xin], out, kernel=(h, w),
-                     requant=attrs, bias=bias), None
+                     requant=attrs, bias=bias,
+                     acc_bound=_sum_bound(rq, -INT8_MIN, np.full(out.c, h * w, np.int64))
+                     ), None
 
 
 def _unit_depthwise(n: Node, w: np.ndarray, a: ConvAttrs) -> bool:
@@ -560,5 +576,14 @@ def _add(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
         return None, "a rescaled operand that other nodes also use"
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
-    return AddLayer(rq.name, "add", nodes, [ia, ib], out, requant_a=ra, requant_b=rb,
-                    requant=attrs, bias=bias), None
+    scales = sum(np.abs(np.asarray(r.multiplier, np.int64)) if r is not None else 1
+                 for r in (ra, rb))
+    bound = -INT8_MIN * np.broadcast_to(scales, (out.c,)) + (
+        0 if bias is None else np.abs(bias.astype(np.int64)))
+    if any(r is not None and (any(r.shift) or any(getattr(r, "clamp", ()) or ())
+                              or any(getattr(r, "pre_shift", ()) or ()) or r.zero_point
+                              or r.lo != -(1 << 31) or r.hi != (1 << 31) - 1)
+           for r in (ra, rb)):
+        bound = None  # operands rescaled otherwise than by a multiplier alone
+    return AddLayer(rq.name, "add", nodes, [ia, ib], out, acc_bound=bound, requant_a=ra,
+                    requant_b=rb, requant=attrs, bias=bias), None

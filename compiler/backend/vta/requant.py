@@ -52,9 +52,16 @@ def _wrap32(v: np.ndarray) -> np.ndarray:
 
 
 def requant_program(a: RequantAttrs, bias: np.ndarray | None, channels: int,
-                    cfg: HwConfig) -> RequantProgram:
+                    cfg: HwConfig, acc_bound: np.ndarray | int | None = None
+                    ) -> RequantProgram:
     """The ALU steps of ``requantize(x, bias, a)`` over `channels` output channels (padded to
-    the block; padding channels get multiplier 0, so they hold the zero point, clipped)."""
+    the block; padding channels get multiplier 0, so they hold the zero point, clipped).
+
+    ``acc_bound`` (per channel, or one for all) bounds ``|x + bias|`` as the integer graph
+    computes it (exactly, before any wrap-around) for every input the layer can see; with it,
+    an output zero point joins the rounding constant where that provably never wraps:
+    ``((t*m + r) >> s) + z == (t*m + r + (z << s)) >> s`` while ``|t*m| + |r| + |z << s| <
+    2**31`` (one ALU operation less per output row)."""
     bo = cfg.block_out
     cp = -(-channels // bo) * bo
     rows: list[np.ndarray] = []
@@ -80,6 +87,16 @@ def requant_program(a: RequantAttrs, bias: np.ndarray | None, channels: int,
     m = per_channel(a.multiplier, 0)
     s = per_channel(a.shift, 0)
     rnd = np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
+    pre = per_channel(getattr(a, "pre_shift", (0,)), 0)
+    if pre.any():
+        # floor((x + b + 2**(p-1)) / 2**p) without forming x + b: ADD (low bits and rounding),
+        # SHR, ADD (high bits); the bias is then spent, as with a clamp
+        step(isa.AluOp.ADD, (b & ((1 << pre) - 1)) + np.where(
+            pre > 0, np.left_shift(1, np.maximum(pre - 1, 0)), 0), channels)
+        step(isa.AluOp.SHR, pre, channels)
+        if (b >> pre).any():
+            step(isa.AluOp.ADD, b >> pre, channels)
+        b = np.zeros(cp, np.int64)
     if clamp.any():
         if b.any():
             step(isa.AluOp.ADD, b, channels)
@@ -92,12 +109,17 @@ def requant_program(a: RequantAttrs, bias: np.ndarray | None, channels: int,
     # (x + b) * m + r == x * m + (b * m + r) in 32-bit wrap-around arithmetic: without a clamp
     # between them, the bias joins the rounding constant and one ADD does both
     offset = _wrap32(b * m + rnd)
+    z = int(a.zero_point)
+    if z and s.any() and _zero_point_folds(acc_bound, clamp, m, rnd, s, z, channels,
+                                           bool(pre.any())):
+        offset = _wrap32(offset + (np.int64(z) << s))
+        z = 0
     if offset.any():
         step(isa.AluOp.ADD, offset, channels)
     if s.any():
         step(isa.AluOp.SHR, s, channels)
-    if a.zero_point:
-        steps.append(AluStep(isa.AluOp.ADD, imm=int(a.zero_point)))
+    if z:
+        steps.append(AluStep(isa.AluOp.ADD, imm=z))
     if a.lo > INT32_MIN:
         step(isa.AluOp.MAX, np.full(cp, a.lo, np.int64), channels)
     if a.hi < INT32_MAX:
@@ -107,3 +129,21 @@ def requant_program(a: RequantAttrs, bias: np.ndarray | None, channels: int,
     for k, r in enumerate(rows):
         table[:, k] = r.astype(np.int64).astype(np.int32).reshape(nb, 1, bo)
     return RequantProgram(steps, table)
+
+
+def _zero_point_folds(acc_bound: np.ndarray | int | None, clamp: np.ndarray, m: np.ndarray,
+                      rnd: np.ndarray, s: np.ndarray, z: int, channels: int,
+                      pre_shifted: bool) -> bool:
+    """Whether ``t*m + r + (z << s)`` stays inside int32 for every value ``t`` the multiply
+    can see (then adding the zero point before the shift is the same as after it): ``|t|`` is
+    at most `acc_bound`, and at most the clamp where there is one."""
+    if acc_bound is None or pre_shifted:
+        return False
+    t = [int(v) for v in np.broadcast_to(np.abs(np.asarray(acc_bound, np.int64)).reshape(-1),
+                                         (channels,))]
+    c = np.broadcast_to(clamp.reshape(-1), (channels,))
+    for k in range(channels):
+        tk = min(t[k], int(c[k])) if c[k] > 0 else t[k]
+        if tk * abs(int(m[k])) + abs(int(rnd[k])) + (abs(z) << int(s[k])) >= 1 << 31:
+            return False
+    return True

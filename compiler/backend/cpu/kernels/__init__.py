@@ -2,8 +2,10 @@
 float32 kernels and its generic loop nest (every dtype, N-d, integer / quantised forms).
 
     gemm.py         packed float32 GEMM, int8 GEMM, the generic matmul
-    conv.py         im2col + GEMM conv, the depthwise window kernel, the generic N-d conv
-    pool.py         2-D max (the window kernel) / average / global pooling, the generic pooling
+    conv.py         im2col + GEMM conv, the depthwise window kernel, the int8 im2col / depthwise
+                    kernels, the generic N-d conv
+    pool.py         2-D max (the window kernel; float32 and 8-bit) / average / global pooling,
+                    the generic pooling
     elementwise.py  float32 add / mul / relu / clip / softmax, the generic elementwise programs
                     and softmax
     loops.py        the loop-nest machinery (`Kernel`, nests, strides) and the ops without a

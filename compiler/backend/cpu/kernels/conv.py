@@ -13,6 +13,9 @@ When the pixels or channels are not whole panels, the GEMM writes a padded buffe
 ``pool.py`` reuses for 2-D max pooling). Other group counts run one GEMM per group. The int8
 depthwise convolution with the requantisation fused (`depthwise_s8_module`) walks the same way.
 
+The int8 convolution's im2col (`im2col_8bit_module`) writes the int8 GEMM's [K, pixels] operand
+with vector loads and stores, its padding the activations' zero point.
+
 Every loop-nest parameter of a layer (shape, stride, padding, dilation) is a compile-time constant
 of its im2col / depthwise kernel, compiled once per distinct layer shape.
 
@@ -147,6 +150,208 @@ def _im2col_module(g: ConvGeom, nr: int, elem: ir.Type = U.F32) -> ir.Module:
         b.position_at_end(done)
     b.ret_void()
     return m
+
+
+def im2col_8bit_module(g: ConvGeom) -> ir.Module:
+    """``im2col_8bit(x, dst, r0, r1, fill)``: output rows [r0, r1) of the im2col matrix of an
+    8-bit convolution of one image (the int8 GEMM's [K, pixels] operand, which its packer
+    then packs): ``dst[k, oh * OW + ow] = x[ci, ih, iw]`` for k = (ci, kh, kw), and the byte
+    ``fill`` where (ih, iw) is padding: the activations' zero point, so that the padding of
+    ``x - z_x`` is zero, as the integer graph has it.
+
+    Vectorised as the depthwise walk: a row of ``dst`` in chunks of ``V`` pixels (16, 32 or
+    64, the least that holds an output row), one masked load of ``V * sw`` bytes of the input
+    row per chunk (masked-off lanes, and rows outside the image, hold ``fill``), every
+    ``sw``-th byte kept by a shuffle, one store. The channels are the innermost loop, so
+    every mask is computed once per tap. Past `UNROLL_CHUNKS` chunks a row, the chunks whose
+    lanes all lie inside the image run in a loop.
+    """
+    h, w, kh, kw, sh, sw, ph, pw, dh, dw = (g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh,
+                                            g.dw)
+    oh, ow = g.oh, g.ow
+    npix, khw, hw = oh * ow, kh * kw, h * w
+    vw = 16 if ow <= 16 else 32 if ow <= 32 else 64
+    n = vw * sw  # bytes loaded per chunk
+    chunks = -(-ow // vw)
+    m = ir.Module(name=f"im2col_8bit_{g.c}x{h}x{w}_k{kh}x{kw}_s{sh}x{sw}_p{ph}x{pw}"
+                       f"_d{dh}x{dw}")
+    fn, b = U.new_function(m, "im2col_8bit", [("x", U.PTR), ("dst", U.PTR), ("r0", U.I64),
+                                               ("r1", U.I64), ("fill", U.I64)])
+    x, dst, r0, r1, fill = fn.args
+    fill_v = U.splat(b, b.trunc(fill, U.I8), n)
+    keep = ir.Constant(U.vec(U.I32, vw), [sw * lane for lane in range(vw)])
+
+    def lanes_ok(q: int, j: int) -> list[bool]:
+        """Which loaded lanes of chunk q, tap column j, are inside the image and feed an
+        output pixel of the row."""
+        return [(q * vw + lane // sw) < ow and 0 <= (q * vw * sw + j * dw - pw + lane) < w
+                for lane in range(n)]
+
+    # chunks [qa, qb) have every lane inside the image for every tap column: looped when
+    # there are many (their mask is the row's), the others unrolled with constant masks
+    inner = [q for q in range(chunks) if all(all(lanes_ok(q, j)) for j in range(kw))]
+    qa, qb = (inner[0], inner[-1] + 1) if chunks > UNROLL_CHUNKS and inner else (0, 0)
+    unrolled = [q for q in range(chunks) if not qa <= q < qb]
+
+    def chunk(srow: ir.Value, drow: ir.Value, q: ir.Value, j: int, mask: ir.Value,
+              whole: bool) -> None:
+        col0 = b.add(b.mul(q, U.i64(vw * sw)), U.i64(j * dw - pw))
+        v = G._masked_load_i8(b, U.gep(b, U.I8, x, b.add(srow, col0)), mask, fill_v)
+        if sw > 1:
+            v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
+        ptr = U.gep(b, U.I8, dst, b.add(drow, b.mul(q, U.i64(vw))))
+        if whole:
+            U.vstore(b, v, ptr, 0, U.I8, align=1)
+        else:
+            G._masked_store(b, v, ptr, ir.Constant(U.vec(U.I1, vw), [
+                lane < ow % vw for lane in range(vw)]))
+
+    def taps(o_h: ir.Value, i: ir.Value, label: str) -> None:
+        ih = b.add(b.mul(o_h, U.i64(sh)), b.sub(b.mul(i, U.i64(dh)), U.i64(ph)))
+        row_ok = U.splat(b, b.icmp_unsigned("<", ih, U.i64(h)), n)
+        ihc = U.imin(b, U.imax(b, ih, U.i64(0)), U.i64(h - 1))
+        for j in range(kw):
+            masks = {q: b.and_(ir.Constant(U.vec(U.I1, n), lanes_ok(q, j)), row_ok)
+                     for q in unrolled}
+            with U.loop(b, 0, U.i64(g.c), 1, f"ci{label}_{j}") as ci:
+                k = b.add(b.mul(ci, U.i64(khw)), b.add(b.mul(i, U.i64(kw)), U.i64(j)))
+                drow = b.add(b.mul(k, U.i64(npix)), b.mul(o_h, U.i64(ow)))
+                srow = b.add(b.mul(ci, U.i64(hw)), b.mul(ihc, U.i64(w)))
+                for q in unrolled:
+                    chunk(srow, drow, U.i64(q), j, masks[q], (q + 1) * vw <= ow)
+                if qb > qa:
+                    with U.loop(b, qa, qb, 1, f"q{label}_{j}") as q:
+                        chunk(srow, drow, q, j, row_ok, True)
+
+    with U.loop(b, r0, r1, 1, "oh") as o_h:
+        # Large kernels (a 7x7 stem) loop over kh at run time, as `_im2col_module`.
+        if khw > 9:
+            with U.loop(b, 0, U.i64(kh), 1, "kh") as i:
+                taps(o_h, i, "r")
+        else:
+            for i in range(kh):
+                taps(o_h, U.i64(i), str(i))
+    b.ret_void()
+    return m
+
+
+def im2col_pack_8bit_module(g: ConvGeom, width: int) -> ir.Module:
+    """``im2col_pack_8bit(x, dst, p0, p1, fill, xor)``: panels [p0, p1) of the im2col matrix
+    of an 8-bit convolution of one image written straight into the int8 GEMM's packed
+    activation panels (`gemm._s8_pack_ir`'s layout: panels of `width` pixels in 4-deep k
+    groups, ``dst[p, kg, c, j]`` the byte of pixel ``p * width + c``, k = 4 kg + j, xor
+    ``xor``), with k ordered tap-major, ``k = (kh * KW + kw) * C + ci`` (the weights are
+    packed in the same order: `tap_major`), so that the 4 k of a group are 4 channels of one
+    tap. The padding holds ``fill`` (the activations' zero point) as `im2col_8bit_module`.
+    Needs C a multiple of 4; every chunk of a row is unrolled (the lowering takes rows of up
+    to `UNROLL_CHUNKS` chunks). Pixels of the last panel past the image are not written (the
+    GEMM stores none of their outputs).
+
+    Per output row and tap: chunks of ``V`` pixels (16, 32 or 64) of 4 channels, 4 masked
+    loads (shuffled for a stride), interleaved into ``V`` words, stored as the pieces that fall
+    into each panel (masked stores at an offset known per row). Threads take whole panels
+    (one panel's words, every k, are one thread's: no cache line written by two), so the
+    output rows at either end of a range are read by both neighbours.
+    """
+    if g.c % 4:
+        raise ValueError(f"im2col_pack_8bit_module: {g.c} channels, expected a multiple of 4")
+    h, w, kh, kw, sh, sw, ph, pw, dh, dw = (g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh,
+                                            g.dw)
+    oh, ow = g.oh, g.ow
+    c4, hw = g.c // 4, h * w
+    k4 = c4 * kh * kw
+    vw = 16 if ow <= 16 else 32 if ow <= 32 else 64
+    n = vw * sw
+    chunks = -(-ow // vw)
+    m = ir.Module(name=f"im2col_pack_8bit_{g.c}x{h}x{w}_k{kh}x{kw}_s{sh}x{sw}_p{ph}x{pw}"
+                       f"_d{dh}x{dw}_w{width}")
+    fn, b = U.new_function(m, "im2col_pack_8bit", [
+        ("x", U.PTR), ("dst", U.PTR), ("p0", U.I64), ("p1", U.I64), ("fill", U.I64),
+        ("xor", U.I64)])
+    x, dst, pn0, pn1, fill, xor = fn.args
+    pix_lo = b.mul(pn0, U.i64(width))
+    pix_hi = U.imin(b, b.mul(pn1, U.i64(width)), U.i64(oh * ow))
+    r0 = b.udiv(pix_lo, U.i64(ow))
+    r1 = b.udiv(b.add(pix_hi, U.i64(ow - 1)), U.i64(ow))
+    fill_v = U.splat(b, b.trunc(fill, U.I8), n)
+    x8 = b.trunc(xor, U.I8)
+    x32 = U.splat(b, b.mul(b.zext(x8, U.I32), ir.Constant(U.I32, 0x01010101)), vw)
+    keep = ir.Constant(U.vec(U.I32, vw), [sw * lane for lane in range(vw)])
+    vlanes = ir.Constant(U.vec(U.I64, vw), list(range(vw)))
+
+    def zip2(x_: ir.Value, y_: ir.Value) -> ir.Value:
+        k = x_.type.count
+        return b.shuffle_vector(x_, y_, ir.Constant(U.vec(U.I32, 2 * k), [
+            i // 2 + (k if i % 2 else 0) for i in range(2 * k)]))
+
+    def lanes_ok(q: int, j: int) -> list[bool]:
+        return [(q * vw + lane // sw) < ow and 0 <= (q * vw * sw + j * dw - pw + lane) < w
+                for lane in range(n)]
+
+    with U.loop(b, r0, r1, 1, "oh") as o_h:
+        # per chunk: the pieces of its pixels in each panel, (word pointer less the group's
+        # offset, lane mask); a chunk of `valid` pixels from `start` in its first panel
+        pieces: list[list[tuple[ir.Value, ir.Value]]] = []
+        for q in range(chunks):
+            valid = min(vw, ow - q * vw)
+            p0 = b.add(b.mul(o_h, U.i64(ow)), U.i64(q * vw))
+            panel, start = b.udiv(p0, U.i64(width)), b.urem(p0, U.i64(width))
+            pix = b.add(U.splat(b, p0, vw), vlanes)
+            in_range = b.and_(b.icmp_signed(">=", pix, U.splat(b, pix_lo, vw)),
+                              b.icmp_signed("<", pix, U.splat(b, pix_hi, vw)))
+            row = []
+            for t in range(-(-(width - 1 + valid) // width)):
+                lo = b.sub(U.i64(t * width), start)
+                mask = b.and_(b.icmp_signed(">=", vlanes, U.splat(b, lo, vw)), b.and_(
+                    b.icmp_signed("<", vlanes, U.splat(b, b.add(lo, U.i64(width)), vw)),
+                    b.and_(in_range, ir.Constant(U.vec(U.I1, vw), [
+                        lane < valid for lane in range(vw)]))))
+                words = b.sub(b.mul(b.add(panel, U.i64(t)), U.i64(k4 * width)), lo)
+                row.append((words, mask))
+            pieces.append(row)
+
+        def taps(i: ir.Value, label: str) -> None:
+            ih = b.add(b.mul(o_h, U.i64(sh)), b.sub(b.mul(i, U.i64(dh)), U.i64(ph)))
+            row_ok = U.splat(b, b.icmp_unsigned("<", ih, U.i64(h)), n)
+            ihc = U.imin(b, U.imax(b, ih, U.i64(0)), U.i64(h - 1))
+            for j in range(kw):
+                masks = [b.and_(ir.Constant(U.vec(U.I1, n), lanes_ok(q, j)), row_ok)
+                         for q in range(chunks)]
+                tap = b.add(b.mul(i, U.i64(kw)), U.i64(j))
+                with U.loop(b, 0, U.i64(c4), 1, f"cg{label}_{j}") as cg:
+                    kg = b.add(b.mul(tap, U.i64(c4)), cg)
+                    srow = b.add(b.mul(cg, U.i64(4 * hw)), b.mul(ihc, U.i64(w)))
+                    for q in range(chunks):
+                        col0 = q * vw * sw + j * dw - pw
+                        vs = []
+                        for jj in range(4):
+                            v = G._masked_load_i8(b, U.gep(b, U.I8, x, b.add(
+                                srow, U.i64(jj * hw + col0))), masks[q], fill_v)
+                            if sw > 1:
+                                v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
+                            vs.append(v)
+                        h16 = U.vec(U.I16, vw)
+                        word = zip2(b.bitcast(zip2(vs[0], vs[1]), h16),
+                                    b.bitcast(zip2(vs[2], vs[3]), h16))
+                        word = b.xor(b.bitcast(word, U.vec(U.I32, vw)), x32)
+                        for words, mask in pieces[q]:
+                            at = b.add(words, b.mul(kg, U.i64(width)))
+                            G._masked_store(b, word, U.gep(b, U.I32, dst, at), mask)
+
+        if kh * kw > 9:
+            with U.loop(b, 0, U.i64(kh), 1, "kh") as i:
+                taps(i, "r")
+        else:
+            for i in range(kh):
+                taps(U.i64(i), str(i))
+    b.ret_void()
+    return m
+
+
+def tap_major(w: np.ndarray) -> np.ndarray:
+    """Convolution weights [Cout, C, KH, KW] as [Cout, K] with k = (kh * KW + kw) * C + ci, the
+    order of `im2col_pack_8bit_module`."""
+    return np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1))
 
 
 def _im2col_fn(g: ConvGeom, nr: int):
@@ -486,27 +691,29 @@ def window_module(g: object, kind: str, act: str) -> ir.Module:
 
 # -- the int8 depthwise convolution with the requantisation fused ---------------------------------
 
-def depthwise_s8_module(g: ConvGeom, out_bits: int, clamp: bool = False) -> ir.Module:
-    """``depthwise_s8(x, w, bias, mult, shift, clamp_lo, clamp_hi, y, c0, c1, lo, hi)``:
-    channels [c0, c1) of one image of the int8 depthwise convolution (`g` a `ConvGeom` of one
-    channel's image; ``x`` int8 [C, H, W], ``w`` int8 [C, KH*KW]) requantised as REQUANTIZE
-    does (`ops.RequantAttrs`, zero point 0): per channel c, with int32 arrays of C values,
-    ``t = acc + bias[c]``, with `clamp` saturated to ``[clamp_lo[c], clamp_hi[c]]``
-    (`gemm.clamp_bounds`; without it those arrays are not read), then ``y = min(max(t *
-    mult[c] + rnd >> shift[c], lo), hi)`` in 32-bit wrap-around arithmetic, ``rnd = 1 <<
-    (shift[c] - 1)`` (0 for shift 0), stored as int8 (`out_bits` 8; also uint8 output whose
-    bounds lie within int8) or int32 (32).
+def depthwise_s8_module(g: ConvGeom, out_bits: int, clamp: bool = False,
+                        unsigned: bool = False, offset: bool = False) -> ir.Module:
+    """``depthwise_s8(x, w, bias, mult, shift, clamp_lo, clamp_hi, y, c0, c1, lo, hi, zx,
+    zp)``: channels [c0, c1) of one image of the int8 depthwise convolution (`g` a `ConvGeom`
+    of one channel's image; ``x`` int8, or uint8 with `unsigned`, [C, H, W], ``w`` int8
+    [C, KH*KW]) of ``x - zx`` (zero padding: the graph's CONV_INTEGER; ``zx`` is read only
+    with `offset`, else 0) requantised as REQUANTIZE does (`ops.RequantAttrs`): per channel c,
+    with int32 arrays of C values, ``t = acc + bias[c]``, with `clamp` saturated to
+    ``[clamp_lo[c], clamp_hi[c]]`` (`gemm.clamp_bounds`; without it those arrays are not read),
+    then ``y = min(max((t * mult[c] + rnd >> shift[c]) + zp, lo), hi)`` in 32-bit wrap-around
+    arithmetic, ``rnd = 1 << (shift[c] - 1)`` (0 for shift 0), stored as 8 bits (`out_bits`
+    8: int8, or uint8 with bounds in [0, 255]) or int32 (32).
 
     The walk of `window_module`: output rows in chunks of `VW` columns, one masked load of
-    ``VW * sw`` bytes per tap (masked-off lanes are the zero padding), every ``sw``-th byte kept
-    by a shuffle, rows outside the image read clamped with a zero weight. The taps' inputs,
-    sign-extended to int16, go in pairs: two taps interleaved into 32 int16 lanes times their
-    two weights, each adjacent product pair summed into an int32 lane (`_madd_pairs`:
-    ``vpmaddwd`` / ``vpdpwssd`` on x86), exact since ``|x * w| <= 2**14``; an odd last tap is
-    one int16 product widened. The int32 accumulator starts at the bias (32-bit addition is
-    associative: the same bits as the sum, then the bias). ``lo`` and ``hi`` are run-time
-    arguments, so layers differing only in their clamp (ReLU6 bounds depend on the scale)
-    share one module.
+    ``VW * sw`` bytes per tap (masked-off lanes hold ``zx``: the padding), every ``sw``-th byte
+    kept by a shuffle, rows outside the image read clamped with a zero weight. The taps'
+    inputs, extended to int16 (``x - zx`` with `offset`), go in pairs: two taps interleaved
+    into 32 int16 lanes times their two weights, each adjacent product pair summed into an
+    int32 lane (`_madd_pairs`: ``vpmaddwd`` / ``vpdpwssd`` on x86), exact since
+    ``|(x - zx) * w| <= 255 * 128 < 2**15``; an odd last tap is one int16 product widened. The
+    int32 accumulator starts at the bias (32-bit addition is associative: the same bits as the
+    sum, then the bias). ``lo``, ``hi``, ``zx`` and ``zp`` are run-time arguments, so layers
+    differing only in those (ReLU6 bounds depend on the scale) share one module.
     """
     if out_bits not in (8, 32):
         raise ValueError(f"depthwise_s8_module: out_bits={out_bits}, expected 8 or 32")
@@ -516,15 +723,20 @@ def depthwise_s8_module(g: ConvGeom, out_bits: int, clamp: bool = False) -> ir.M
     n = VW * sw  # bytes loaded per tap
     chunks = -(-ow // VW)
     m = ir.Module(name=f"depthwise_s8_{h}x{w}_k{kh}x{kw}_s{sh}x{sw}_p{ph}x{pw}_d{dh}x{dw}"
-                       f"_o{out_bits}{'_clamp' if clamp else ''}")
+                       f"_o{out_bits}{'_clamp' if clamp else ''}{'_u8' if unsigned else ''}"
+                       f"{'_zx' if offset else ''}")
     fn, b = U.new_function(m, "depthwise_s8", [
         ("x", U.PTR), ("w", U.PTR), ("bias", U.PTR), ("mult", U.PTR), ("shift", U.PTR),
         ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("y", U.PTR), ("c0", U.I64), ("c1", U.I64),
-        ("lo", U.I64), ("hi", U.I64)])
-    x, wp, bias, mult, shift, clamp_lo, clamp_hi, y, c0, c1, lo, hi = fn.args
+        ("lo", U.I64), ("hi", U.I64), ("zx", U.I64), ("zp", U.I64)])
+    x, wp, bias, mult, shift, clamp_lo, clamp_hi, y, c0, c1, lo, hi, zx, zp = fn.args
     v16, v32 = U.vec(U.I16, VW), U.vec(U.I32, VW)
     ot = U.I8 if out_bits == 8 else U.I32
     lo_v, hi_v = U.splat(b, b.trunc(lo, U.I32), VW), U.splat(b, b.trunc(hi, U.I32), VW)
+    zp_v = U.splat(b, b.trunc(zp, U.I32), VW)
+    # the padding's byte, and zx as int16 lanes (x - zx: 0 on the padding)
+    zx_fill = U.splat(b, b.trunc(zx, U.I8), n) if offset else None
+    zx_v = U.splat(b, b.trunc(zx, U.I16), VW) if offset else None
     keep = ir.Constant(U.vec(U.I32, VW), [sw * lane for lane in range(VW)])
     # lanes (a0, b0, a1, b1, ...) of two VW-lane vectors a, b
     zip2 = ir.Constant(U.vec(U.I32, 2 * VW), [k // 2 + VW * (k % 2) for k in range(2 * VW)])
@@ -572,20 +784,22 @@ def depthwise_s8_module(g: ConvGeom, out_bits: int, clamp: bool = False) -> ir.M
                     mask = b.and_(out_ok, b.and_(
                         b.icmp_signed(">=", col, _lanes(n, lambda _: 0)),
                         b.icmp_signed("<", col, _lanes(n, lambda _: w))))
-                    v = G._masked_load_i8(b, U.gep(b, U.I8, x, b.add(rows[i], col0)), mask)
+                    v = G._masked_load_i8(b, U.gep(b, U.I8, x, b.add(rows[i], col0)), mask,
+                                          zx_fill)
                     if sw > 1:
                         v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
-                    xs.append(b.sext(v, v16))
+                    v = b.zext(v, v16) if unsigned else b.sext(v, v16)
+                    xs.append(b.sub(v, zx_v) if zx_v is not None else v)
                 acc = start
                 for p in range(npairs):
                     acc = b.add(acc, _madd_pairs(b, b.shuffle_vector(xs[2 * p], xs[2 * p + 1],
                                                                      zip2), wpairs[p]))
-                if len(order) % 2:
-                    acc = b.add(acc, b.sext(b.mul(xs[-1], tw[-1]), v32))  # |x * w| <= 2**14
+                if len(order) % 2:  # |(x - zx) * w| <= 255 * 128 < 2**15
+                    acc = b.add(acc, b.sext(b.mul(xs[-1], tw[-1]), v32))
                 if sat:
                     acc = G._ivec_intrinsic(b, "smin", G._ivec_intrinsic(b, "smax", acc, sat[0]),
                                             sat[1])
-                t = b.ashr(b.add(b.mul(acc, mul_v), rnd_v), s_v)
+                t = b.add(b.ashr(b.add(b.mul(acc, mul_v), rnd_v), s_v), zp_v)
                 t = G._ivec_intrinsic(b, "smin", G._ivec_intrinsic(b, "smax", t, lo_v), hi_v)
                 if out_bits == 8:
                     t = b.trunc(t, U.vec(U.I8, VW))

@@ -29,18 +29,24 @@ the same integers as the accelerator's int32 ALU, at ``vpdpbusd`` speed:
   ``Ap[ip, g, r, j] = A[ip*MR + r, 4g + j]`` and ``Bp[jp, g, c, j] = B[4g + j, jp*NR + c]``, so
   one k group of a B panel is ``NR/16`` ``<64 x i8>`` vectors (16 int32 lanes × 4 bytes) and of
   an A panel ``MR`` 4-byte words, each broadcast to 16 lanes.
-* ``vpdpbusd`` multiplies unsigned by signed bytes. The activations are offset by 128
-  (``x ^ 0x80``) when packed at run time; the constant weights stay signed, and
-  ``128 * sum_k W[k, n]`` (computed when they are packed) is subtracted through the bias:
-  ``acc + b[n] = acc_u8 + (b[n] - 128 * wsum[n])`` holds exactly modulo 2^32.
+* ``vpdpbusd`` multiplies unsigned by signed bytes. int8 activations are offset by 128
+  (``x ^ 0x80``) when packed at run time, uint8 ones are packed as they are (``x ^ 0``); the
+  constant weights stay signed, and ``z_u * sum_k W[k, n]`` (``wsum``, computed when they are
+  packed) is subtracted through the bias, ``z_u`` the unsigned byte that stands for the
+  activations' zero point (128 + z_x for int8, z_x for uint8):
+  ``sum_k (x - z_x) W + b[n] = sum_k u W + (b[n] - z_u * wsum[n])`` holds exactly modulo 2^32.
+  A convolution's padding is then the zero point itself (``im2col`` fills with ``z_x``): its
+  products cancel in the correction as the graph's zero padding of ``x - z_x`` contributes
+  nothing.
 * Either operand may be the weights (`S8Config.weights`): "b" (channels are columns: Gemm,
   MatMul) or "a" (channels are rows: the convolution's ``Y[Cout, pixels]``, as `Conv2d`).
 * The micro-kernel keeps an ``MR × NR`` int32 tile in ``MR*NR/16`` registers over the whole of
   K (no K blocking: int8 output cannot hold partial sums), then the epilogue on 16 outputs at a
   time with per-channel parameters as vectors (weights "b") or broadcasts (weights "a"): bias,
   saturation to the per-channel clamp (``smax`` / ``smin``; only in the variant built with
-  `clamp`, for layers that have one), multiply, rounding shift (per-lane ``vpsravd``), clamp,
-  narrow.
+  `clamp`, for layers that have one), multiply, rounding shift (per-lane ``vpsravd``), the
+  output's zero point (a run-time argument), clamp, narrow (the low byte: int8, or uint8 with
+  bounds in [0, 255]).
 * `vnni=False` builds the same kernel from plain vector IR (byte extraction and int32
   multiply-adds) for hosts without AVX-512 VNNI and for cross-compilation (aarch64).
 
@@ -524,6 +530,9 @@ class S8Config:
     mc: int = 64
     unroll: int = 2
     weights: S8Side = "b"
+    # the output stored transposed, C[m, n] at ``c + n * ldc + m`` (weights "b" only): a
+    # convolution computed with its pixels as the rows M, stored NCHW (channels N major)
+    store_t: bool = False
 
     def __post_init__(self) -> None:
         if self.nr % _V16 or self.nr <= 0 or self.mr <= 0:
@@ -534,6 +543,8 @@ class S8Config:
                              f"mr={self.mr} and unroll={self.unroll} >= 1")
         if self.weights not in ("a", "b"):
             raise ValueError(f"S8Config: weights={self.weights!r}, expected 'a' or 'b'")
+        if self.store_t and self.weights != "b":
+            raise ValueError("S8Config: store_t=True needs weights='b'")
 
     @property
     def channel_width(self) -> int:
@@ -582,8 +593,8 @@ def _masked_store(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, mask: ir.Value) -
 
 def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: int,
                 vnni: bool, clamp: bool) -> ir.Function:
-    """ukernel_s8(k4, a, b, c, ldc, mrem, nrem, bias, mult, shift, clamp_lo, clamp_hi, lo, hi):
-    one MR×NR tile.
+    """ukernel_s8(k4, a, b, c, ldc, mrem, nrem, bias, mult, shift, clamp_lo, clamp_hi, lo, hi,
+    zp): one MR×NR tile.
 
     ``a``/``b`` point at the tile's packed panels, ``c`` at its first output element; the
     per-channel parameters at its first channel (a column, or a row when the weights are A);
@@ -596,15 +607,15 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
     fn, b = U.new_function(module, "ukernel_s8", [
         ("k4", U.I64), ("a", U.PTR), ("b", U.PTR), ("c", U.PTR), ("ldc", U.I64),
         ("mrem", U.I64), ("nrem", U.I64), ("bias", U.PTR), ("mult", U.PTR), ("shift", U.PTR),
-        ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("lo", U.I32), ("hi", U.I32)],
-        noalias=False)
+        ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("lo", U.I32), ("hi", U.I32),
+        ("zp", U.I32)], noalias=False)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    k4, a, bp, c, ldc, mrem, nrem, bias_p, mult_p, shift_p, clo_p, chi_p, lo, hi = fn.args
+    k4, a, bp, c, ldc, mrem, nrem, bias_p, mult_p, shift_p, clo_p, chi_p, lo, hi, zp = fn.args
     zero = ir.Constant(vt, [0] * _V16)
 
-    # The activations are the unsigned operand (offset by 128): B's vectors when the weights
-    # are A, A's broadcast words when the weights are B.
+    # The activations are the unsigned operand (int8 ones offset by 128): B's vectors when the
+    # weights are A, A's broadcast words when the weights are B.
     a_signed = cfg.weights == "a"
 
     def step(bld: ir.IRBuilder, k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
@@ -639,8 +650,9 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
 
     # Epilogue on 16 outputs per vector op (16 channels when the weights are B, with per-lane
     # clamps, multipliers and shifts: vpmaxsd, vpminsd, vpmulld, vpsllvd, vpsravd; 16 pixels of
-    # one channel when they are A), clamp with smax / smin, narrow to int8 (vpmovdb).
-    lo_v, hi_v = U.splat(b, lo, _V16), U.splat(b, hi, _V16)
+    # one channel when they are A), the zero point, clamp with smax / smin, narrow to int8
+    # (vpmovdb).
+    lo_v, hi_v, zp_v = U.splat(b, lo, _V16), U.splat(b, hi, _V16), U.splat(b, zp, _V16)
     one = U.const_vec(U.I32, _V16, 1)
 
     def chan(ptr: ir.Value, r: int, v: int) -> ir.Value:
@@ -668,11 +680,33 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
                 if clamp:
                     t = _ivec_intrinsic(b, "smin", _ivec_intrinsic(b, "smax", t, prm[4]),
                                         prm[5])
-                t = b.ashr(b.add(b.mul(t, prm[1]), prm[3]), prm[2])
+                t = b.add(b.ashr(b.add(b.mul(t, prm[1]), prm[3]), prm[2]), zp_v)
                 t = _ivec_intrinsic(b, "smin", _ivec_intrinsic(b, "smax", t, lo_v), hi_v)
             vals.append(b.trunc(t, U.vec(U.I8, _V16)) if out_bits == 8 else t)
 
     full = b.and_(b.icmp_signed("==", mrem, U.i64(mr)), b.icmp_signed("==", nrem, U.i64(nr)))
+    if cfg.store_t:
+        # C[m, n] at c + n * ldc + m: element by element (a tile's mr * nr stores against its
+        # K / 4 * mr * nr / 16 multiply-adds), those inside the tile's remainder
+        with b.if_else(full) as (then, other):
+            for part, guard in ((then, False), (other, True)):
+                with part:
+                    for r in range(mr):
+                        for v in range(nv):
+                            for i in range(_V16):
+                                col = _V16 * v + i
+                                ptr = U.gep(b, ot, c, b.add(b.mul(U.i64(col), ldc), U.i64(r)))
+                                val = b.extract_element(vals[r * nv + v],
+                                                        ir.Constant(U.I32, i))
+                                if not guard:
+                                    b.store(val, ptr)
+                                    continue
+                                ok = b.and_(b.icmp_signed("<", U.i64(r), mrem),
+                                            b.icmp_signed("<", U.i64(col), nrem))
+                                with b.if_then(ok):
+                                    b.store(val, ptr)
+        b.ret_void()
+        return fn
     with b.if_else(full) as (then, other):
         with then:
             for r in range(mr):
@@ -695,12 +729,13 @@ def _s8_ukernel(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits
 def _s8_macro(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: int,
               vnni: bool, clamp: bool) -> None:
     """gemm_s8(ap, bp, c, bias, mult, shift, clamp_lo, clamp_hi, M, N, K, ldc, ip0, ip1, jp0,
-    jp1, lo, hi).
+    jp1, lo, hi, zp).
 
     C tiles with row-panel index in [ip0, ip1) and column-panel index in [jp0, jp1); row stride
     ``ldc`` elements; ``K`` unpadded. ``bias`` / ``mult`` / ``shift`` / ``clamp_lo`` /
     ``clamp_hi``: int32 per channel, padded to whole panels (`s8_channel_params`); the "bias"
-    epilogue reads only ``bias``, the clamps are read only when `clamp`. Loops: blocks of
+    epilogue reads only ``bias``, the clamps are read only when `clamp`; ``zp``: the output's
+    zero point, added after the shift ("requant" only). Loops: blocks of
     ``mc`` rows (their A panels stay in L2), then the B panels, then the A panels of the block,
     so each B panel is reused ``mc / mr`` times.
     """
@@ -711,12 +746,12 @@ def _s8_macro(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: 
         ("ap", U.PTR), ("bp", U.PTR), ("c", U.PTR), ("bias", U.PTR), ("mult", U.PTR),
         ("shift", U.PTR), ("clamp_lo", U.PTR), ("clamp_hi", U.PTR), ("M", U.I64),
         ("N", U.I64), ("K", U.I64), ("ldc", U.I64), ("ip0", U.I64), ("ip1", U.I64),
-        ("jp0", U.I64), ("jp1", U.I64), ("lo", U.I64), ("hi", U.I64)])
+        ("jp0", U.I64), ("jp1", U.I64), ("lo", U.I64), ("hi", U.I64), ("zp", U.I64)])
     (ap, bp, c, bias_p, mult_p, shift_p, clo_p, chi_p, M, N, K, ldc, ip0, ip1, jp0, jp1, lo,
-     hi) = fn.args
+     hi, zp) = fn.args
     k4 = b.udiv(b.add(K, U.i64(S8_KG - 1)), U.i64(S8_KG))
     apanel, bpanel = b.mul(k4, U.i64(mr * S8_KG)), b.mul(k4, U.i64(nr * S8_KG))
-    lo32, hi32 = b.trunc(lo, U.I32), b.trunc(hi, U.I32)
+    lo32, hi32, zp32 = b.trunc(lo, U.I32), b.trunc(hi, U.I32), b.trunc(zp, U.I32)
     mcp = cfg.mc // mr
     with U.loop(b, ip0, ip1, mcp, "i0") as i0:
         i1 = U.imin(b, b.add(i0, U.i64(mcp)), ip1)
@@ -728,21 +763,27 @@ def _s8_macro(module: ir.Module, cfg: S8Config, epilogue: S8Epilogue, out_bits: 
                 app = U.gep(b, U.I8, ap, b.mul(ip, apanel))
                 row0 = b.mul(ip, U.i64(mr))
                 mrem = U.imin(b, U.i64(mr), b.sub(M, row0))
-                ctile = U.gep(b, U.I8, c, b.mul(b.add(b.mul(row0, ldc), col0), U.i64(esize)))
+                first = b.add(b.mul(col0, ldc), row0) if cfg.store_t else \
+                    b.add(b.mul(row0, ldc), col0)
+                ctile = U.gep(b, U.I8, c, b.mul(first, U.i64(esize)))
                 ch = b.mul(col0 if cfg.weights == "b" else row0, U.i64(4))
                 b.call(uk, [k4, app, bpp, ctile, ldc, mrem, nrem, U.gep(b, U.I8, bias_p, ch),
                             U.gep(b, U.I8, mult_p, ch), U.gep(b, U.I8, shift_p, ch),
-                            U.gep(b, U.I8, clo_p, ch), U.gep(b, U.I8, chi_p, ch), lo32, hi32])
+                            U.gep(b, U.I8, clo_p, ch), U.gep(b, U.I8, chi_p, ch), lo32, hi32,
+                            zp32])
     b.ret_void()
 
 
-def _masked_load_i8(b: ir.IRBuilder, ptr: ir.Value, mask: ir.Value) -> ir.Value:
-    """Bytes at `ptr` where `mask` is set (the others are not read), 0 elsewhere."""
+def _masked_load_i8(b: ir.IRBuilder, ptr: ir.Value, mask: ir.Value,
+                    fill: ir.Value | None = None) -> ir.Value:
+    """Bytes at `ptr` where `mask` is set (the others are not read), `fill`'s lanes (a vector
+    of bytes; default 0) elsewhere."""
     n = mask.type.count
     vt = U.vec(U.I8, n)
     fn = U.intrinsic(b.module, f"llvm.masked.load.v{n}i8.p0", vt,
                      [U.PTR, U.I32, U.vec(U.I1, n), vt])
-    return b.call(fn, [ptr, ir.Constant(U.I32, 1), mask, ir.Constant(vt, [0] * n)])
+    return b.call(fn, [ptr, ir.Constant(U.I32, 1), mask,
+                       ir.Constant(vt, [0] * n) if fill is None else fill])
 
 
 def _s8_pack_ir(module: ir.Module, name: str, width: int) -> None:
@@ -759,8 +800,6 @@ def _s8_pack_ir(module: ir.Module, name: str, width: int) -> None:
     x8 = b.trunc(xor, U.I8)
     x32 = b.mul(b.zext(x8, U.I32), ir.Constant(U.I32, 0x01010101))
     panel = b.mul(k4, U.i64(width * S8_KG))
-    wt = U.vec(U.I32, width)
-    lanes = ir.Constant(U.vec(U.I64, width), list(range(width)))
     cols = b.icmp_signed("==", s_row, U.i64(1))
     rowk = b.and_(b.icmp_signed("==", s_k, U.i64(1)), b.not_(cols))
 
@@ -771,8 +810,14 @@ def _s8_pack_ir(module: ir.Module, name: str, width: int) -> None:
         valid = U.imax(b, U.imin(b, U.i64(width), b.sub(rows, row0)), U.i64(0))
         with b.if_then(cols):
             # 4 masked loads of `width` bytes (k = 4g..4g+3) merged into `width` int32 words:
-            # byte j of word w is k = 4g + j (little-endian targets)
-            in_rows = b.icmp_signed("<", lanes, U.splat(b, valid, width))
+            # byte j of word w is k = 4g + j (little-endian targets). A width that is not a
+            # power of two (7 rows: a 7x7 map's 49 pixels) works on the next power of two's
+            # lanes, those past `width` neither loaded nor stored (odd-sized vectors are
+            # scalarised)
+            vwid = 1 << (width - 1).bit_length()
+            vlanes = ir.Constant(U.vec(U.I64, vwid), list(range(vwid)))
+            in_rows = b.icmp_signed("<", vlanes, U.splat(b, valid, vwid))
+            in_width = ir.Constant(U.vec(U.I1, vwid), [lane < width for lane in range(vwid)])
             def zip2(x: ir.Value, y: ir.Value) -> ir.Value:
                 n = x.type.count
                 return b.shuffle_vector(x, y, ir.Constant(U.vec(U.I32, 2 * n), [
@@ -785,15 +830,21 @@ def _s8_pack_ir(module: ir.Module, name: str, width: int) -> None:
                         kk = b.add(b.mul(g, U.i64(S8_KG)), U.i64(j))
                         ptr = U.gep(b, U.I8, src, b.add(row0, b.mul(kk, s_k)))
                         if masked:
-                            mask = b.and_(in_rows, U.splat(b, b.icmp_signed("<", kk, K), width))
+                            mask = b.and_(in_rows, U.splat(b, b.icmp_signed("<", kk, K), vwid))
                             ks.append(_masked_load_i8(b, ptr, mask))
+                        elif vwid != width:
+                            ks.append(_masked_load_i8(b, ptr, in_width))
                         else:
                             ks.append(U.vload(b, width, ptr, 0, U.I8, align=1))
-                    h16 = U.vec(U.I16, width)
+                    h16 = U.vec(U.I16, vwid)
                     word = zip2(b.bitcast(zip2(ks[0], ks[1]), h16),
                                 b.bitcast(zip2(ks[2], ks[3]), h16))
-                    U.vstore(b, b.xor(b.bitcast(word, wt), U.splat(b, x32, width)), dst,
-                             b.add(wbase, b.mul(g, U.i64(width))), U.I32, align=1)
+                    word = b.xor(b.bitcast(word, U.vec(U.I32, vwid)), U.splat(b, x32, vwid))
+                    at = b.add(wbase, b.mul(g, U.i64(width)))
+                    if vwid == width:
+                        U.vstore(b, word, dst, at, U.I32, align=1)
+                    else:
+                        _masked_store(b, word, U.gep(b, U.I32, dst, at), in_width)
 
             # whole groups of a whole panel unmasked, the rest (k tail, last panel) masked
             gfull = b.select(b.icmp_signed("==", valid, U.i64(width)), kfull, U.i64(0))
@@ -862,8 +913,9 @@ def build_s8_module(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int 
         raise ValueError("build_s8_module: int8 output needs epilogue='requant' (the clamp)")
     if clamp and epilogue != "requant":
         raise ValueError("build_s8_module: clamp=True needs epilogue='requant'")
-    m = ir.Module(name=f"gemm_s8_mr{cfg.mr}_nr{cfg.nr}_{cfg.weights}_{epilogue}_o{out_bits}_"
-                       f"{'vnni' if vnni else 'portable'}{'_clamp' if clamp else ''}")
+    m = ir.Module(name=f"gemm_s8_mr{cfg.mr}_nr{cfg.nr}_{cfg.weights}{'t' if cfg.store_t else ''}"
+                       f"_{epilogue}_o{out_bits}_{'vnni' if vnni else 'portable'}"
+                       f"{'_clamp' if clamp else ''}")
     _s8_macro(m, cfg, epilogue, out_bits, vnni, clamp)
     _s8_pack_ir(m, "pack_a_s8", cfg.mr)
     _s8_pack_ir(m, "pack_b_s8", cfg.nr)
@@ -891,9 +943,9 @@ def s8_kernels(cfg: S8Config, epilogue: S8Epilogue = "bias", out_bits: int = 32,
 
 
 # gemm_s8(ap, bp, c, bias, mult, shift, clamp_lo, clamp_hi, M, N, K, ldc, ip0, ip1, jp0, jp1,
-#         lo, hi)
-S8_MACRO_SIG = "pppppppp" + "l" * 10
-S8_MACRO_ARGS = (_P,) * 8 + (_L,) * 10
+#         lo, hi, zp)
+S8_MACRO_SIG = "pppppppp" + "l" * 11
+S8_MACRO_ARGS = (_P,) * 8 + (_L,) * 11
 # pack_a_s8 / pack_b_s8(src, dst, rows, K, s_row, s_k, p0, p1, xor)
 S8_PACK_SIG = "pp" + "l" * 7
 S8_PACK_ARGS = (_P, _P) + (_L,) * 7
@@ -940,6 +992,30 @@ def choose_s8_config(n: int, m: int | None = None, weights: S8Side = "b") -> S8C
 
     mr, nr = min(_S8_BLOCKINGS, key=cost)
     return S8Config(mr=mr, nr=nr, mc=mr * max(1, 64 // mr), weights=weights)
+
+
+# A transposed store (`S8Config.store_t`) costs about what this many multiply-adds do per output
+# (a scalar store against 128 multiply-adds a cycle), and its tiles of few rows run at about
+# this fraction of the speed of the (8, 32) tiles (measured on Zen 5 at 7 and 14 rows).
+_STORE_T_MACS = 128
+_ROWS_SPEED = 0.95
+
+
+def choose_s8_conv_config(cout: int, pixels: int, k: int) -> S8Config:
+    """The int8 blocking of a convolution with `cout` output channels, `pixels` output pixels
+    per image and `k` multiply-adds per output, stored NCHW: channels as rows (weights "a",
+    `choose_s8_config`), or, where the pixels would leave much of the last pixel panel empty
+    (a 7x7 or 14x14 map: 49 pixels in 64, 196 in 224) and K is long enough to pay for the
+    transposed store, pixels as rows (weights "b", ``store_t``) with ``mr`` the number of rows
+    in 4..14 that pads them least (7 for 49, 14 for 196)."""
+    a = choose_s8_config(cout, pixels, "a")
+    cost_a = _cdiv(cout, a.mr) * a.mr * _cdiv(pixels, a.nr) * a.nr * k
+    mr = min(range(14, 3, -1), key=lambda r: _cdiv(pixels, r) * r)
+    nr = 32
+    cost_b = _cdiv(pixels, mr) * mr * _cdiv(cout, nr) * nr * (k + _STORE_T_MACS) / _ROWS_SPEED
+    if cost_b >= cost_a:
+        return a
+    return S8Config(mr=mr, nr=nr, mc=mr * max(1, 64 // mr), weights="b", store_t=True)
 
 
 def pack_s8_weights(w: np.ndarray, cfg: S8Config | None = None,
@@ -1011,11 +1087,17 @@ class S8Params(NamedTuple):
 def s8_channel_params(packed: PackedS8, bias: np.ndarray | int | None = None,
                       multiplier: np.ndarray | int | None = None,
                       shift: np.ndarray | int | None = None,
-                      clamp: np.ndarray | int | None = None) -> S8Params:
+                      clamp: np.ndarray | int | None = None,
+                      zero_u8: int = S8_XOR) -> S8Params:
     """The int32 arrays `gemm_s8` reads per channel, padded to whole panels: the bias with the
-    offset correction ``- 128 * wsum`` folded in (exact with wrap-around, as the accelerator's
-    adder), the multiplier (default 1), the shift (0..31, default 0), and the clamp (0..2**31-1,
-    default 0: none) as the bounds of `clamp_bounds`."""
+    offset correction ``- zero_u8 * wsum`` folded in (exact with wrap-around, as the
+    accelerator's adder), the multiplier (default 1), the shift (0..31, default 0), and the
+    clamp (0..2**31-1, default 0: none) as the bounds of `clamp_bounds`. `zero_u8` is the
+    packed (unsigned) byte that stands for the activations' zero point, `activation_zero`:
+    128 for int8 activations with zero point 0."""
+    if isinstance(zero_u8, bool) or not isinstance(zero_u8, int | np.integer) \
+            or not 0 <= zero_u8 <= 255:
+        raise ValueError(f"s8_channel_params: zero_u8={zero_u8!r}, expected an int in [0, 255]")
     n, npad = packed.n, packed.panels * packed.cfg.channel_width
     i32 = np.iinfo(np.int32)
     b = _channel_vector(bias, "bias", n, 0, i32.min, i32.max)
@@ -1024,15 +1106,33 @@ def s8_channel_params(packed: PackedS8, bias: np.ndarray | int | None = None,
     c = np.zeros(npad, np.int64)
     c[:n] = _channel_vector(clamp, "clamp", n, 0, 0, i32.max)
     out = [np.zeros(npad, np.int32) for _ in range(3)]
-    out[0][:n] = _wrap32(b - S8_XOR * packed.wsum[:n])
+    out[0][:n] = _wrap32(b - int(zero_u8) * packed.wsum[:n])
     out[1][:n], out[2][:n] = m, s
     return S8Params(out[0], out[1], out[2], *clamp_bounds(c))
 
 
+def activation_xor(dtype: DType) -> int:
+    """What the packers xor the activations of `dtype` with to make them unsigned bytes: 0x80
+    for int8 (``x + 128``), 0 for uint8."""
+    if dtype not in (DType.INT8, DType.UINT8):
+        raise TypeError(f"int8 GEMM activations: expected int8 or uint8, got {dtype.name}")
+    return S8_XOR if dtype is DType.INT8 else 0
+
+
+def activation_zero(dtype: DType, zero_point: int) -> int:
+    """The packed (unsigned) byte that stands for the activations' zero point `zero_point`:
+    ``zero_point ^ activation_xor`` as a byte (``zero_point + 128`` for int8)."""
+    info = np.iinfo(dtype.np)
+    if not info.min <= zero_point <= info.max:
+        raise ValueError(f"activation zero point {zero_point} outside {dtype.name}'s range")
+    return (int(zero_point) & 0xFF) ^ activation_xor(dtype)
+
+
 def pack_s8_activations(a: np.ndarray, cfg: S8Config, threads: int = 1) -> np.ndarray:
-    """int8 activations packed (offset by 128) into the panels of the operand that is not the
-    weights: ``a [M, K]`` into ``mr``-row panels (``cfg.weights == "b"``), or ``a [K, P]`` into
-    ``nr``-column panels (``"a"``); shape (panels, ceil(K/4), width, 4), 64-byte aligned."""
+    """int8 or uint8 activations packed as unsigned bytes (int8 offset by 128) into the panels
+    of the operand that is not the weights: ``a [M, K]`` into ``mr``-row panels
+    (``cfg.weights == "b"``), or ``a [K, P]`` into ``nr``-column panels (``"a"``); shape
+    (panels, ceil(K/4), width, 4), 64-byte aligned."""
     if cfg.weights == "b":
         (rows, k), width, s_row, s_k, name = a.shape, cfg.mr, a.shape[1], 1, "pack_a_s8"
     else:
@@ -1041,20 +1141,22 @@ def pack_s8_activations(a: np.ndarray, cfg: S8Config, threads: int = 1) -> np.nd
     act = _aligned_empty((panels, _cdiv(k, S8_KG), width, S8_KG), np.int8)
     fn = CACHE.get(("gemm_s8_pack", cfg.mr, cfg.nr), lambda: _s8_pack_module(cfg)).cfunc(
         name, None, *S8_PACK_ARGS)
-    run_parallel([lambda p0=p0, p1=p1: fn(_ptr(a), _ptr(act), rows, k, s_row, s_k, p0, p1,
-                                          S8_XOR)
+    xor = S8_XOR if a.dtype == np.int8 else 0
+    run_parallel([lambda p0=p0, p1=p1: fn(_ptr(a), _ptr(act), rows, k, s_row, s_k, p0, p1, xor)
                   for p0, p1 in split_range(panels, threads)])
     return act
 
 
 def gemm_s8_packed(act: np.ndarray, packed: PackedS8, out: np.ndarray,
                    params: S8Params, requant: bool,
-                   lo: int, hi: int, threads: int = 1, vnni: bool | None = None) -> None:
+                   lo: int, hi: int, threads: int = 1, vnni: bool | None = None,
+                   zero_point: int = 0) -> None:
     """The GEMM on packed operands (`pack_s8_activations`, `pack_s8_weights`) into `out`
-    (int8 or int32, (M, N), any row stride via out.strides), with the per-channel `params` of
-    `s8_channel_params`; threads split the M or N tiles."""
+    (int8, uint8 or int32, (M, N), or (N, M) with ``cfg.store_t``, any row stride via
+    out.strides), with the per-channel `params` of `s8_channel_params` and the output's
+    `zero_point` (requantising only); threads split the M or N tiles."""
     cfg = packed.cfg
-    m, n = out.shape
+    m, n = out.shape[::-1] if cfg.store_t else out.shape
     jm = s8_kernels(cfg, "requant" if requant else "bias", 8 * out.itemsize, vnni,
                     requant and params.clamped)
     fn = jm.cfunc("gemm_s8", None, *S8_MACRO_ARGS)
@@ -1066,33 +1168,38 @@ def gemm_s8_packed(act: np.ndarray, packed: PackedS8, out: np.ndarray,
         parts = [(0, mt, p0, p1) for p0, p1 in split_range(nt, threads)]
     ldc = out.strides[0] // out.itemsize
     args = (_ptr(ap), _ptr(bp), _ptr(out), *(_ptr(x) for x in params), m, n, packed.k, ldc)
-    run_parallel([lambda p=p: fn(*args, *p, lo, hi) for p in parts])
+    run_parallel([lambda p=p: fn(*args, *p, lo, hi, zero_point) for p in parts])
 
 
 def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = None,
             multiplier: np.ndarray | int | None = None, shift: np.ndarray | int | None = None,
             clamp: np.ndarray | int | None = None, lo: int = -128, hi: int = 127,
             out_dtype: type = np.int8, threads: int = 1, out: np.ndarray | None = None,
-            vnni: bool | None = None) -> np.ndarray:
-    """int8 × int8 with exact int32 accumulation, then the requantisation epilogue.
+            vnni: bool | None = None, a_zero_point: int = 0,
+            zero_point: int = 0) -> np.ndarray:
+    """int8 (or uint8) × int8 with exact int32 accumulation, then the requantisation epilogue.
 
-    With ``packed.cfg.weights == "b"``: ``a`` is ``[M, K]`` and ``acc[M, N] = a @ W``; with
-    ``"a"``: ``a`` is ``[K, P]`` and ``acc[N, P] = W @ a`` (channels are rows). Per channel n,
-    on int32 with wrap-around (the accelerator's ALU)::
+    With ``packed.cfg.weights == "b"``: ``a`` is ``[M, K]`` and ``acc[M, N] = (a - z) @ W``;
+    with ``"a"``: ``a`` is ``[K, P]`` and ``acc[N, P] = W @ (a - z)`` (channels are rows), ``z``
+    = `a_zero_point` (per tensor). Per channel n, on int32 with wrap-around (the accelerator's
+    ALU)::
 
         t = acc + bias[n]
         t = min(max(t, -clamp[n]), clamp[n])        # requantising, where clamp[n] > 0
         t = t * multiplier[n]                       # requantising only
         t = (t + (1 << (shift[n] - 1) if shift[n] else 0)) >> shift[n]   (arithmetic)
+        t = t + zero_point                          # requantising only
         t = min(max(t, lo), hi)
 
-    It requantises when `out_dtype` is int8 or `multiplier` / `shift` / `clamp` is given
-    (defaults 1, 0 and 0: no clamp); otherwise the result is ``acc + bias`` as int32 and `lo` /
-    `hi` are not used. `bias`, `multiplier`, `shift` and `clamp` are ints or ``(N,)`` integer
-    arrays. `vnni` overrides the kernel variant (default: `default_vnni`).
+    With ``packed.cfg.store_t`` the result is ``acc`` transposed, ``[N, M]``. It requantises
+    when `out_dtype` is int8 / uint8 or `multiplier` / `shift` / `clamp` /
+    `zero_point` is given (defaults 1, 0, 0: no clamp, and 0); otherwise the result is
+    ``acc + bias`` as int32 and `lo` / `hi` are not used. `bias`, `multiplier`, `shift` and
+    `clamp` are ints or ``(N,)`` integer arrays. `vnni` overrides the kernel variant (default:
+    `default_vnni`).
     """
     who = "gemm_s8"
-    check_array(a, f"{who}: a", 2, np.int8)
+    check_array(a, f"{who}: a", 2, np.uint8 if a.dtype == np.uint8 else np.int8)
     if not isinstance(packed, PackedS8):
         raise TypeError(f"{who}: packed: expected PackedS8 (from pack_s8_weights), got "
                         f"{type(packed).__name__}")
@@ -1107,27 +1214,32 @@ def gemm_s8(a: np.ndarray, packed: PackedS8, *, bias: np.ndarray | int | None = 
         raise ValueError(f"{who}: a has shape {a.shape} but the packed weights have "
                          f"K={packed.k}; expected a of shape {expect}")
     odt = np.dtype(out_dtype)
-    if odt not in (np.dtype(np.int8), np.dtype(np.int32)):
-        raise TypeError(f"{who}: out_dtype={odt.name}, expected int8 or int32")
-    requant = odt == np.int8 or multiplier is not None or shift is not None or \
-        clamp is not None
-    rng = np.iinfo(np.int8 if odt == np.int8 else np.int32)
+    if odt not in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)):
+        raise TypeError(f"{who}: out_dtype={odt.name}, expected int8, uint8 or int32")
+    requant = odt.itemsize == 1 or multiplier is not None or shift is not None or \
+        clamp is not None or zero_point != 0
+    rng = np.iinfo(odt.type)  # type: ignore[type-var]
     if requant and not rng.min <= lo <= hi <= rng.max:
         raise ValueError(f"{who}: lo={lo}, hi={hi}, expected {rng.min} <= lo <= hi <= "
                          f"{rng.max} for {odt.name} output")
     if threads < 1:
         raise ValueError(f"{who}: threads={threads}, expected >= 1")
+    shape = (n, m) if cfg.store_t else (m, n)  # store_t: acc transposed
     if out is None:
-        out = np.empty((m, n), odt)
+        out = np.empty(shape, odt)
     else:
         check_array(out, f"{who}: out", 2, odt.type)
-        if out.shape != (m, n):
-            raise ValueError(f"{who}: out has shape {out.shape}, expected {(m, n)}")
-    params = s8_channel_params(packed, bias, multiplier, shift, clamp)
+        if out.shape != shape:
+            raise ValueError(f"{who}: out has shape {out.shape}, expected {shape}")
+    zero_u8 = activation_zero(DType.INT8 if a.dtype == np.int8 else DType.UINT8, a_zero_point)
+    i32 = np.iinfo(np.int32)
+    if not i32.min <= zero_point <= i32.max:
+        raise ValueError(f"{who}: zero_point={zero_point}, expected an int32")
+    params = s8_channel_params(packed, bias, multiplier, shift, clamp, zero_u8)
     if m == 0 or n == 0:
         return out
     act = pack_s8_activations(a, cfg, threads)
-    gemm_s8_packed(act, packed, out, params, requant, lo, hi, threads, vnni)
+    gemm_s8_packed(act, packed, out, params, requant, lo, hi, threads, vnni, zero_point)
     return out
 
 

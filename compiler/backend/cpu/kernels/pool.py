@@ -2,7 +2,9 @@
 
 Float32 2-D (`pool2d`, `max_pool2d`, `avg_pool2d`, `global_avg_pool` from numpy; `_pool_module`
 for the lowering): max pooling is the row-vectorised window kernel of ``conv.py`` (the depthwise
-walk with ``max``, `max_pool_module`), average pooling a scalar loop per output.
+walk with ``max``, `max_pool_module`), average pooling a scalar loop per output. 8-bit 2-D max
+pooling (int8 / uint8, the integer graph's) walks the same way with up to 64 byte lanes
+(`max_pool_8bit_module`).
 
 The generic pooling (`PoolSpec`, `pool`): a loop nest (a `loops.Kernel`) for every other
 MaxPool / AveragePool of the lowering (N-d, dilated, ceil mode, any dtype), LpPool, and the
@@ -165,6 +167,75 @@ def global_avg_pool(x: np.ndarray, threads: int = 1) -> np.ndarray:
     run_parallel([lambda s=s, e=e: fn(x.ctypes.data, y.ctypes.data, s, e, h * w)
                   for s, e in split_range(n * c, threads)])
     return y
+
+
+def max_pool_8bit_module(g: PoolGeom, unsigned: bool) -> ir.Module:
+    """``pool(x, y, p0, p1)``: 2-D max pooling of int8 (uint8 with `unsigned`) planes
+    [p0, p1) for geometry `g`; padding is ignored, as ONNX MaxPool specifies (read as the
+    type's least value, which no max can return unless the whole window is padding: the
+    lowering takes only ``2 * pad < kernel``).
+
+    The walk of `conv.window_module`: an output row in chunks of ``V`` columns (``V`` = 16,
+    32 or 64 byte lanes, the least that holds a row, at most 64), per tap one masked load of
+    ``V * sw`` bytes of the input row (masked-off lanes, and rows outside the image, hold the
+    least value), every ``sw``-th byte kept by a shuffle, ``smax`` / ``umax``; one masked store
+    per chunk."""
+    h, w, kh, kw, sh, sw, ph, pw = g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw
+    oh, ow = g.oh, g.ow
+    vw = 16 if ow <= 16 else 32 if ow <= 32 else 64
+    n = vw * sw
+    chunks = -(-ow // vw)
+    m = ir.Module(name=f"max_pool_{'u8' if unsigned else 's8'}_{h}x{w}_k{kh}x{kw}_s{sh}x{sw}"
+                       f"_p{ph}x{pw}")
+    fn, b = U.new_function(m, "pool", [("x", U.PTR), ("y", U.PTR), ("p0", U.I64),
+                                        ("p1", U.I64)])
+    x, y, p0, p1 = fn.args
+    least = ir.Constant(U.I8, 0 if unsigned else -128)
+    vt = U.vec(U.I8, vw)
+    fill = ir.Constant(U.vec(U.I8, n), [least.constant] * n)
+    keep = ir.Constant(U.vec(U.I32, vw), [sw * lane for lane in range(vw)])
+    lane_col = ir.Constant(U.vec(U.I64, n), list(range(n)))
+    lane_out = ir.Constant(U.vec(U.I64, n), [lane // sw for lane in range(n)])
+    out_lane = ir.Constant(U.vec(U.I64, vw), list(range(vw)))
+    mx = U.intrinsic(m, f"llvm.{'umax' if unsigned else 'smax'}.v{vw}i8", vt, [vt, vt])
+
+    with U.loop(b, p0, p1, 1, "pl") as pl:
+        xc = b.mul(pl, U.i64(h * w))
+        yc = b.mul(pl, U.i64(oh * ow))
+        with U.loop(b, 0, U.i64(oh), 1, "oh") as o_h:
+            rows, row_ok = [], []
+            for i in range(kh):
+                ih = b.add(b.mul(o_h, U.i64(sh)), U.i64(i - ph))
+                row_ok.append(U.splat(b, b.icmp_unsigned("<", ih, U.i64(h)), n))
+                ihc = U.imin(b, U.imax(b, ih, U.i64(0)), U.i64(h - 1))
+                rows.append(b.add(xc, b.mul(ihc, U.i64(w))))
+            yrow = b.add(yc, b.mul(o_h, U.i64(ow)))
+
+            def chunk(q0: ir.Value) -> None:
+                """Output columns [q0, q0 + vw) of this row (q0 a multiple of vw)."""
+                acc = ir.Constant(vt, [least.constant] * vw)
+                out_ok = b.icmp_signed("<", b.add(U.splat(b, q0, n), lane_out),
+                                       ir.Constant(U.vec(U.I64, n), [ow] * n))
+                for j in range(kw):
+                    col0 = b.add(b.mul(q0, U.i64(sw)), U.i64(j - pw))
+                    col = b.add(U.splat(b, col0, n), lane_col)
+                    mask = b.and_(out_ok, b.and_(
+                        b.icmp_signed(">=", col, ir.Constant(U.vec(U.I64, n), [0] * n)),
+                        b.icmp_signed("<", col, ir.Constant(U.vec(U.I64, n), [w] * n))))
+                    for i in range(kh):
+                        v = G._masked_load_i8(b, U.gep(b, U.I8, x, b.add(rows[i], col0)),
+                                              b.and_(mask, row_ok[i]), fill)
+                        if sw > 1:
+                            v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), keep)
+                        acc = b.call(mx, [acc, v])
+                store_ok = b.icmp_signed("<", b.add(U.splat(b, q0, vw), out_lane),
+                                         ir.Constant(U.vec(U.I64, vw), [ow] * vw))
+                G._masked_store(b, acc, U.gep(b, U.I8, y, b.add(yrow, q0)), store_ok)
+
+            for q in range(chunks):
+                chunk(U.i64(q * vw))
+    b.ret_void()
+    return m
 
 
 # -- generic: every dtype, for the lowering -------------------------------------------------------

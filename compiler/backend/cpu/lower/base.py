@@ -79,6 +79,7 @@ class LowererBase:
         self._users = g.users()
         self.vnni: bool | None = None  # int8 kernels with VNNI (None: if this host has it)
         self._fused: dict[int, Node | None] = {}  # CONV/MATMUL_INTEGER -> its fused REQUANTIZE
+        self._chained: dict[int, bool] = {}  # integer chain ops computed by their user
 
     # -- helpers --------------------------------------------------------------------------------
     def kernel(self, key: tuple, build: Any) -> int:

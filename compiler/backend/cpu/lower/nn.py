@@ -21,7 +21,6 @@ from ..kernels import elementwise as E
 from ..kernels import gemm as G
 from ..kernels import loops as L
 from ..kernels import pool as P
-from ..kernels.irutil import I8 as U_I8
 from ..kernels.scalar import Unsupported
 from .base import (
     MACRO_SIG,
@@ -289,6 +288,20 @@ class NnLowering(LowererBase):
                 self.add_step(Step(name, n.op.value, [call], planes,
                                        n.size >= PARALLEL_MIN_ELEMENTS // 4 and planes > 1))
                 return
+        if (kind == "max" and x.dtype in (DType.INT8, DType.UINT8) and nsp == 2
+                and a.pads[:2] == a.pads[2:] and a.dilations == (1, 1)
+                and 2 * a.pads[0] < a.kernel[0] and 2 * a.pads[1] < a.kernel[1]):
+            geom = P.PoolGeom(x.shape[2], x.shape[3], a.kernel[0], a.kernel[1], a.strides[0],
+                              a.strides[1], a.pads[0], a.pads[1])
+            if (geom.oh, geom.ow) == n.shape[2:]:
+                unsigned = x.dtype is DType.UINT8
+                kk = self.kernel(("max_pool_8bit", geom, unsigned),
+                                 lambda: P.max_pool_8bit_module(geom, unsigned))
+                planes = x.shape[0] * x.shape[1]
+                call = Call(kk, "pool", "ppll", (self.ptr(x), self.out(n), ("lo",), ("hi",)))
+                self.add_step(Step(name, n.op.value, [call], planes,
+                                   n.size >= PARALLEL_MIN_ELEMENTS and planes > 1))
+                return
         spec = P.PoolSpec(kind, x.dtype, x.shape, n.shape, a.kernel, a.strides, a.pads,
                           a.dilations, a.count_include_pad)
         self.call_generic(P.pool(spec), [self.out(n), self.ptr(x)], name, n.op.value,
@@ -327,16 +340,73 @@ class NnLowering(LowererBase):
         """REQUANTIZE as one elementwise program in int32 (wrapping, like the interpreter):
         add the bias, saturate to the clamp, multiply, add the rounding term, shift, clamp,
         narrow. Per-channel clamps, multipliers, rounding terms and shifts are constant
-        operands along the axis."""
+        operands along the axis. The integer elementwise ops that only it reads join its
+        program (`int_chain`)."""
         if n.src[0].op in (Op.CONV_INTEGER, Op.MATMUL_INTEGER) and \
                 self.fused_int8(n.src[0]) is n:
             return self.int8_gemm(n, name)
+        self.int_chain_step(n, name)
+
+    # -- integer elementwise chains: CAST / ADD / SUB / REQUANTIZE as one program ---------------
+    _CHAIN = (Op.CAST, Op.ADD, Op.SUB, Op.REQUANTIZE)
+
+    def _chain_op(self, n: Node) -> bool:
+        """`n` can be an instruction of an integer chain's program: a widening CAST to int32
+        of an integer, an int32 ADD / SUB, or a REQUANTIZE that no int8 kernel computes."""
+        if n.op is Op.REQUANTIZE:
+            acc = n.src[0]
+            return not (acc.op in (Op.CONV_INTEGER, Op.MATMUL_INTEGER)
+                        and self.fused_int8(acc) is n)
+        if n.op is Op.CAST:
+            return n.dtype is DType.INT32 and n.src[0].dtype in (
+                DType.INT8, DType.UINT8, DType.INT16, DType.INT32)
+        return n.op in (Op.ADD, Op.SUB) and n.dtype is DType.INT32
+
+    def int_chain(self, n: Node) -> bool:
+        """Whether `n` is computed inside the program of the integer chain that reads it (and
+        so has no step or buffer of its own): a chain op (`_chain_op`) of the same shape as its
+        one user, itself a chain op lowered here, not a graph output. The residual add of an
+        imported QDQ model, ``REQUANTIZE(ADD(REQUANTIZE(CAST(a)), REQUANTIZE(CAST(b))))``, is
+        one step instead of six, with no int32 tensor in memory."""
+        if id(n) in self._chained:
+            return self._chained[id(n)]
+        users = self._users.get(n, [])
+        u = users[0] if len(users) == 1 else None
+        ours = ("cpu", None)  # not lowered by another backend (they lower before this one)
+        ok = (u is not None and self._chain_op(n) and self._chain_op(u) and u.shape == n.shape
+              and self.plan.taken.get(id(u)) in ours and self.plan.taken.get(id(n)) in ours
+              and not any(o is n for o in self.plan.g.outputs))
+        self._chained[id(n)] = ok
+        return ok
+
+    def int_chain_step(self, n: Node, name: str) -> None:
+        """`n` (a chain op) and the chain ops it absorbs (`int_chain`) as one elementwise
+        step; their other operands are its inputs."""
+        prog = _Program()
+        leaves: dict[int, int] = {}
+
+        def value(v: Node, root: bool = False) -> int:
+            if not root and not self.int_chain(v):
+                if id(v) not in leaves:
+                    leaves[id(v)] = prog.operand(v.dtype, L.broadcast_strides(v.shape, n.shape),
+                                                 self.ptr(v))
+                return leaves[id(v)]
+            if v.op is Op.CAST:
+                return prog.emit("cast", (value(v.src[0]),), (), v.dtype)
+            if v.op in (Op.ADD, Op.SUB):
+                return prog.emit(v.op.value, (value(v.src[0]), value(v.src[1])), (), v.dtype)
+            return self._requant_program(prog, v, value(v.src[0]), name)
+
+        value(n, root=True)
+        operands, args, instrs = prog.finish()
+        k = E.eltwise(n.dtype, n.shape, operands, instrs)
+        self.call_generic(k, [self.out(n), *args], name, n.op.value, n.size)
+
+    def _requant_program(self, prog: _Program, n: Node, x: int, name: str) -> int:
+        """REQUANTIZE `n` of the int32 value `x` as instructions of `prog`; the result."""
         a = _at(n)
-        x = n.src[0]
         i32 = DType.INT32
-        ax = _axis_strides((x.shape[a.axis],), a.axis, n.rank)
-        operands: list[tuple[DType, tuple[int, ...]]] = [(i32, _strides(x.shape))]
-        args: list[Arg] = [self.ptr(x)]
+        ax = _axis_strides((n.shape[a.axis],), a.axis, n.rank)
 
         def operand(values: Sequence[int] | np.ndarray | Node) -> int:
             if isinstance(values, Node):
@@ -345,25 +415,32 @@ class NnLowering(LowererBase):
             else:
                 arr = np.asarray(values, np.int32)
                 arg, size = ("b", self.const(arr, f"{name}_requant"), 0), arr.size
-            operands.append((i32, ax if size > 1 else (0,) * n.rank))
-            args.append(arg)
-            return len(args) - 1
+            return prog.operand(i32, ax if size > 1 else (0,) * n.rank, arg)
+
+        def emit(op: str, srcs: tuple[int, ...], params: tuple = ()) -> int:
+            return prog.emit(op, srcs, params, i32)
 
         bias = operand(n.src[1]) if len(n.src) == 2 else None
+        pre = None
+        if any(a.pre_shift):  # (x + low bits + 2**(p-1)) >> p + high bits (ops.RequantAttrs)
+            ps = np.asarray(a.pre_shift, np.int64)
+            pre = (operand(ps), operand((1 << ps) - 1),
+                   operand(np.where(ps > 0, 1 << np.maximum(ps - 1, 0), 0)))
         lo_hi = G.clamp_bounds(np.asarray(a.clamp)) if any(a.clamp) else None
         sat = tuple(operand(v) for v in lo_hi) if lo_hi else None
         mult = operand(a.multiplier)
         rounding = [(1 << (s - 1)) if s > 0 else 0 for s in a.shift]
         rnd = operand(rounding) if any(rounding) else None
         shift = operand(a.shift) if any(a.shift) else None
-        prog: list[E.Instr] = []
 
-        def emit(op: str, srcs: tuple[int, ...], params: tuple = ()) -> int:
-            prog.append((op, srcs, params, i32))
-            return len(args) + len(prog) - 1  # operands first, then instruction results
-
-        v = 0
-        if bias is not None:
+        v = x
+        if pre is not None:
+            p_op, mask, half = pre
+            low = half if bias is None else emit("add", (emit("bitwise_and", (bias, mask)), half))
+            v = emit("shr", (emit("add", (v, low)), p_op))
+            if bias is not None:
+                v = emit("add", (v, emit("shr", (bias, p_op))))
+        elif bias is not None:
             v = emit("add", (v, bias))
         if sat is not None:
             v = emit("min", (emit("max", (v, sat[0])), sat[1]))
@@ -377,9 +454,8 @@ class NnLowering(LowererBase):
         v = emit("max", (v,), (a.lo,))
         v = emit("min", (v,), (a.hi,))
         if n.dtype is not i32:
-            prog.append(("cast", (v,), (), n.dtype))
-        k = E.eltwise(n.dtype, n.shape, operands, prog)
-        self.call_generic(k, [self.out(n), *args], name, "requantize", n.size)
+            v = prog.emit("cast", (v,), (), n.dtype)
+        return v
 
     def op_matmul_integer(self, n: Node, name: str) -> None:
         if self.fused_int8(n) is not None:
@@ -422,11 +498,12 @@ class NnLowering(LowererBase):
     def fused_int8(self, acc: Node) -> Node | None:
         """The REQUANTIZE that `acc` (a CONV_INTEGER or MATMUL_INTEGER) fuses into, when the
         pair runs as the int8 GEMM with the requantisation in its epilogue, or as the int8
-        depthwise kernel: int8 operands with zero points 0, constant weights, `acc` read by
+        depthwise kernel: int8 or uint8 activations with a constant zero point per tensor,
+        constant weights whose zero points fold into them (`_int8_weights`), `acc` read by
         that REQUANTIZE alone (and not a graph output), a 2-D convolution with symmetric
         padding of one group or depthwise (group = input = output channels) or a matrix
-        product with [K, N] weights, the REQUANTIZE along the channels without a zero point,
-        to int8 or int32 (uint8 when its bounds are within int8)."""
+        product with [K, N] weights, the REQUANTIZE along the channels without a pre-shift,
+        to int8, uint8 or int32 (any zero point)."""
         if id(acc) in self._fused:
             return self._fused[id(acc)]
         self._fused[id(acc)] = None
@@ -436,13 +513,12 @@ class NnLowering(LowererBase):
         rq = users[0]
         a = _at(rq) if rq.op is Op.REQUANTIZE else None
         x, w, xz, wz = acc.src
-        if (a is None or rq.src[0] is not acc or a.zero_point != 0
-                or x.dtype is not DType.INT8 or w.dtype is not DType.INT8
-                or w.op is not Op.CONST or any(z.op is not Op.CONST or np.any(z.value != 0)
-                                               for z in (xz, wz))
-                or (len(rq.src) == 2 and rq.src[1].op is not Op.CONST)
-                or not (rq.dtype in (DType.INT8, DType.INT32)
-                        or (rq.dtype is DType.UINT8 and a.hi <= 127))):
+        if (a is None or rq.src[0] is not acc or any(a.pre_shift)
+                or x.dtype not in (DType.INT8, DType.UINT8) or xz.op is not Op.CONST
+                or xz.size != 1 or (len(rq.src) == 2 and rq.src[1].op is not Op.CONST)
+                or rq.dtype not in (DType.INT8, DType.UINT8, DType.INT32)
+                or not np.iinfo(rq.dtype.np).min <= a.lo <= a.hi <= np.iinfo(rq.dtype.np).max
+                or self._int8_weights(acc) is None):
             return None
         if acc.op is Op.CONV_INTEGER:
             at = _at(acc)
@@ -456,6 +532,28 @@ class NnLowering(LowererBase):
             return None
         self._fused[id(acc)] = rq
         return rq
+
+    @staticmethod
+    def _int8_weights(acc: Node) -> np.ndarray | None:
+        """`acc`'s constant weights less their zero points (per tensor, or per output channel:
+        a convolution's axis 0, a matrix product's columns) as int8, the same products as the
+        graph's ``w - z_w``; None where the weights are not constant, the zero points not
+        constant or of another shape, or a difference falls outside int8 (the general kernel
+        then runs)."""
+        w, wz = acc.src[1], acc.src[3]
+        if w.op is not Op.CONST or wz.op is not Op.CONST or w.dtype not in (DType.INT8,
+                                                                             DType.UINT8):
+            return None
+        ch = w.shape[0] if acc.op is Op.CONV_INTEGER else w.shape[-1]
+        if wz.size != 1 and wz.shape != (ch,):
+            return None
+        z = wz.value.astype(np.int16).reshape(-1)
+        if acc.op is Op.CONV_INTEGER:
+            z = z.reshape(-1, *([1] * (w.rank - 1)))
+        d = w.value.astype(np.int16) - z
+        if d.size and (d.min() < -128 or d.max() > 127):
+            return None
+        return np.ascontiguousarray(d.astype(np.int8))
 
     @staticmethod
     def _int8_depthwise(acc: Node) -> bool:
@@ -475,30 +573,48 @@ class NnLowering(LowererBase):
 
     def int8_gemm(self, rq: Node, name: str) -> None:
         """`rq` = REQUANTIZE(CONV_INTEGER | MATMUL_INTEGER) as packs and one int8 GEMM whose
-        epilogue adds the bias, saturates, multiplies, shifts and clamps (kernels/gemm.py,
-        gemm_s8)."""
+        epilogue adds the bias, saturates, multiplies, shifts, adds the zero point and clamps
+        (kernels/gemm.py, gemm_s8). The input's zero point leaves through the bias (``- z_u *
+        sum w`` per channel, `gemm.s8_channel_params`) and the padding, which holds it; the
+        weights' zero points are folded into them (`_int8_weights`). A convolution runs with
+        its channels as the GEMM's rows, or with its pixels as rows and a transposed store
+        where that pads less (`gemm.choose_s8_conv_config`)."""
         acc = rq.src[0]
         if acc.op is Op.CONV_INTEGER and self._int8_depthwise(acc):
             return self.int8_depthwise(rq, name)
         a = _at(rq)
-        x, w = acc.src[0], acc.src[1]
+        x = acc.src[0]
+        w = self._int8_weights(acc)
+        assert w is not None  # fused_int8 checked
+        # x - z_x: the packed activations are unsigned bytes u = x ^ xor; the zero point's byte
+        # z_u times the weight sums leaves through the bias, and the padding holds z_x
+        zx = int(acc.src[2].value.reshape(-1)[0])
+        xor, z_u = G.activation_xor(x.dtype), G.activation_zero(x.dtype, zx)
         conv = acc.op is Op.CONV_INTEGER
+        pointwise = direct = False
         if conv:
             cout = w.shape[0]
             g = self._int8_geom(acc)
             rows, kdim = g.oh * g.ow, g.c * g.kh * g.kw  # pixels per image, K
             images = x.shape[0]
-            cfg = G.choose_s8_config(cout, rows, "a")
-            packed = G.pack_s8_weights(np.ascontiguousarray(w.value.reshape(cout, kdim)), cfg,
-                                       "nk")
+            cfg = G.choose_s8_conv_config(cout, rows, kdim)
+            # a 1x1 convolution of stride 1 without padding packs its input as the [K, pixels]
+            # matrix; one of channels in fours straight from the image (im2col and packing
+            # in one pass, k tap-major; rows of up to UNROLL_CHUNKS chunks); the others pack an
+            # im2col matrix
+            pointwise = (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw) == (1, 1, 1, 1, 0, 0)
+            direct = not pointwise and g.c % 4 == 0 and g.ow <= 64 * C.UNROLL_CHUNKS
+            wk = C.tap_major(w) if direct else np.ascontiguousarray(w.reshape(cout, kdim))
+            packed = G.pack_s8_weights(wk, cfg, "nk")
         else:
             kdim, cout = w.shape
             rows, images = math.prod(x.shape[:-1]), 1
             cfg = G.choose_s8_config(cout, rows, "b")
-            packed = G.pack_s8_weights(np.ascontiguousarray(w.value), cfg, "kn")
+            packed = G.pack_s8_weights(w, cfg, "kn")
         ch = lambda v: np.broadcast_to(np.asarray(v, np.int64), (cout,))  # noqa: E731
         bias = rq.src[1].value.astype(np.int64) if len(rq.src) == 2 else None
-        params = G.s8_channel_params(packed, bias, ch(a.multiplier), ch(a.shift), ch(a.clamp))
+        params = G.s8_channel_params(packed, bias, ch(a.multiplier), ch(a.shift), ch(a.clamp),
+                                     z_u)
         pb, mb, sb, clo, chi = (self.const(p, f"{name}_{k}") for p, k in zip(
             params, ("bias", "m", "s", "clamp_lo", "clamp_hi"), strict=True))
         wb = self.const(packed.data, f"{name}_w8")
@@ -507,7 +623,10 @@ class NnLowering(LowererBase):
         clamped = params.clamped
         gk = self.kernel(("gemm_s8", cfg, "requant", out_bits, vnni, clamped),
                          lambda: G.build_s8_module(cfg, "requant", out_bits, vnni, clamped))
-        width = cfg.nr if conv else cfg.mr  # rows per activation panel
+        # the activations are A (rows: a matrix product's, or a convolution's pixels, stored
+        # transposed, NCHW) or B (a convolution's pixels as columns, channels as rows)
+        act_a = cfg.weights == "b"
+        width = cfg.mr if act_a else cfg.nr  # rows per activation panel
         apanels = -(-rows // width)
         k4 = -(-kdim // G.S8_KG)
         act = self.buffer("arena", DType.INT8, (apanels, k4, width, G.S8_KG))
@@ -515,51 +634,70 @@ class NnLowering(LowererBase):
         dst = self.out(rq)
         _, dbuf, doff = dst
         obytes = out_bits // 8
-        mt, nt = -(-(cout if conv else rows) // cfg.mr), -(-(rows if conv else cout) // cfg.nr)
+        m_, n_ = (rows, cout) if act_a else (cout, rows)
+        ldc = rows if cfg.store_t else n_
+        mt, nt = -(-m_ // cfg.mr), -(-n_ // cfg.nr)
+        pack = "pack_a_s8" if act_a else "pack_b_s8"
         macs = cout * rows * kdim
         big = macs >= 4 * PARALLEL_MIN_MACS and self.threads > 1
         for i in range(images):
             src: Arg
-            if conv:
+            if conv and direct:
+                ik = self.kernel(("im2col_pack_8bit", g, width),
+                                 lambda: C.im2col_pack_8bit_module(g, width))
+                self.add_step(Step(name + ":im2col", "im2col", [Call(
+                    ik, "im2col_pack_8bit", "ppll" + "ll", (
+                        ("b", xb, xoff + i * g.c * g.h * g.w), ("b", act, 0), ("lo",), ("hi",),
+                        ("i", zx), ("i", xor)))], apanels,
+                    kdim * rows >= PARALLEL_MIN_ELEMENTS and apanels > 1))
+            elif conv and pointwise:
+                src, s_row, s_k = ("b", xb, xoff + i * g.c * g.h * g.w), 1, rows
+            elif conv:
                 col = self.buffer("arena", DType.INT8, (kdim, rows))
-                ik = self.kernel(("im2col", g, rows, "i8"),
-                                 lambda: C._im2col_module(g, rows, U_I8))
-                self.add_step(Step(name + ":im2col", "im2col", [Call(ik, "im2col_pack", "ppll", (
-                    ("b", xb, xoff + i * g.c * g.h * g.w), ("b", col, 0), ("lo",), ("hi",)))],
-                    1, False))
-                src, s_row, s_k, pack = ("b", col, 0), 1, rows, "pack_b_s8"
+                ik = self.kernel(("im2col_8bit", g), lambda: C.im2col_8bit_module(g))
+                self.add_step(Step(name + ":im2col", "im2col", [Call(
+                    ik, "im2col_8bit", "ppll" + "l", (
+                        ("b", xb, xoff + i * g.c * g.h * g.w), ("b", col, 0), ("lo",), ("hi",),
+                        ("i", zx)))], g.oh, kdim * rows >= PARALLEL_MIN_ELEMENTS and g.oh > 1))
+                src, s_row, s_k = ("b", col, 0), 1, rows
             else:
-                src, s_row, s_k, pack = ("b", xb, xoff), kdim, 1, "pack_a_s8"
-            self.add_step(Step(name + ":pack", "pack_s8", [Call(gk, pack, G.S8_PACK_SIG, (
-                src, ("b", act, 0), ("i", rows), ("i", kdim), ("i", s_row), ("i", s_k),
-                ("lo",), ("hi",), ("i", G.S8_XOR)))], apanels,
-                rows * kdim >= PARALLEL_MIN_ELEMENTS and apanels > 1))
-            m_, n_ = (cout, rows) if conv else (rows, cout)
-            ap, bp = (("b", wb, 0), ("b", act, 0)) if conv else (("b", act, 0), ("b", wb, 0))
+                src, s_row, s_k = ("b", xb, xoff), kdim, 1
+            if not (conv and direct):
+                self.add_step(Step(name + ":pack", "pack_s8", [Call(gk, pack, G.S8_PACK_SIG, (
+                    src, ("b", act, 0), ("i", rows), ("i", kdim), ("i", s_row), ("i", s_k),
+                    ("lo",), ("hi",), ("i", xor)))], apanels,
+                    rows * kdim >= PARALLEL_MIN_ELEMENTS and apanels > 1))
+            ap, bp = (("b", act, 0), ("b", wb, 0)) if act_a else (("b", wb, 0), ("b", act, 0))
             split_m = mt >= 2 * nt or nt < 2 * self.threads
             tiles = (("lo",), ("hi",), ("i", 0), ("i", nt)) if split_m else \
                 (("i", 0), ("i", mt), ("lo",), ("hi",))
             self.add_step(Step(name, "gemm_s8", [Call(gk, "gemm_s8", G.S8_MACRO_SIG, (
                 ap, bp, ("b", dbuf, doff + i * cout * rows * obytes), ("b", pb, 0),
                 ("b", mb, 0), ("b", sb, 0), ("b", clo, 0), ("b", chi, 0), ("i", m_),
-                ("i", n_), ("i", kdim), ("i", n_),
-                *tiles, ("i", a.lo), ("i", a.hi)))], mt if split_m else nt,
+                ("i", n_), ("i", kdim), ("i", ldc),
+                *tiles, ("i", a.lo), ("i", a.hi), ("i", a.zero_point)))],
+                mt if split_m else nt,
                 big and (mt if split_m else nt) > 1))
 
     def int8_depthwise(self, rq: Node, name: str) -> None:
         """`rq` = REQUANTIZE(depthwise CONV_INTEGER) as the int8 window kernel with the
         requantisation fused (kernels/conv.py, depthwise_s8): a step per image, its channels
-        split over the threads."""
+        split over the threads. The kernel subtracts the input's zero point from every tap
+        (the padding reads as that zero point) where it is not 0."""
         acc = rq.src[0]
         a = _at(rq)
-        x, w = acc.src[0], acc.src[1]
+        x = acc.src[0]
+        w = self._int8_weights(acc)
+        assert w is not None  # fused_int8 checked
+        zx = int(acc.src[2].value.reshape(-1)[0])
         nb, cin, h, wd = x.shape
         g = self._int8_geom(acc)
         geom = C.ConvGeom(1, *C.dataclass_fields(g)[1:])
         out_bits = 32 if rq.dtype is DType.INT32 else 8
-        clamped = any(a.clamp)
-        dk = self.kernel(("depthwise_s8", geom, out_bits, clamped),
-                         lambda: C.depthwise_s8_module(geom, out_bits, clamped))
+        clamped, unsigned, offset = any(a.clamp), x.dtype is DType.UINT8, zx != 0
+        dk = self.kernel(("depthwise_s8", geom, out_bits, clamped, unsigned, offset),
+                         lambda: C.depthwise_s8_module(geom, out_bits, clamped, unsigned,
+                                                       offset))
         def per_channel(v: Any, what: str) -> int:  # int32 [C] (one value: every channel)
             return self.const(np.broadcast_to(np.asarray(v, np.int64), (cin,)).astype(np.int32),
                               f"{name}_{what}")
@@ -568,18 +706,17 @@ class NnLowering(LowererBase):
         mb, sb = per_channel(a.multiplier, "m"), per_channel(a.shift, "s")
         clo, chi = (per_channel(v, f"clamp_{k}") for v, k in zip(
             G.clamp_bounds(np.asarray(a.clamp)), ("lo", "hi"), strict=True))
-        wb = self.const(np.ascontiguousarray(w.value.reshape(cin, g.kh * g.kw), np.int8),
-                        f"{name}_w8")
+        wb = self.const(np.ascontiguousarray(w.reshape(cin, g.kh * g.kw)), f"{name}_w8")
         xb, xoff = self.where(x)
         _, dbuf, doff = self.out(rq)
         obytes, npix = out_bits // 8, g.oh * g.ow
         work = cin * npix * g.kh * g.kw
         for i in range(nb):
-            call = Call(dk, "depthwise_s8", "pppppppp" + "llll", (
+            call = Call(dk, "depthwise_s8", "pppppppp" + "llllll", (
                 ("b", xb, xoff + i * cin * h * wd), ("b", wb, 0), ("b", pb, 0), ("b", mb, 0),
                 ("b", sb, 0), ("b", clo, 0), ("b", chi, 0),
                 ("b", dbuf, doff + i * cin * npix * obytes), ("lo",), ("hi",), ("i", a.lo),
-                ("i", a.hi)))
+                ("i", a.hi), ("i", zx), ("i", a.zero_point)))
             self.add_step(Step(name, "depthwise_s8", [call], cin,
                                work >= PARALLEL_MIN_MACS and self.threads > 1))
 
@@ -624,3 +761,34 @@ def _as_clip(act: tuple[str, float, float]) -> tuple[str, float, float]:
     if kind == "relu":
         return ("clip", 0.0, math.inf)
     return act
+
+
+class _Program:
+    """An elementwise program being built (`kernels/elementwise.eltwise`): operands (dtype,
+    strides, argument) and instructions added in any order, referred to by handles until
+    `finish` numbers them as `eltwise` does (the operands first, then the instructions)."""
+
+    def __init__(self) -> None:
+        self.operands: list[tuple[DType, tuple[int, ...]]] = []
+        self.args: list[Arg] = []
+        self.instrs: list[tuple[str, tuple[int, ...], tuple, DType]] = []
+
+    # handles: operand k is 2k, instruction j is 2j + 1
+    def operand(self, dt: DType, strides: tuple[int, ...], arg: Arg) -> int:
+        self.operands.append((dt, tuple(strides)))
+        self.args.append(arg)
+        return 2 * (len(self.operands) - 1)
+
+    def emit(self, op: str, srcs: tuple[int, ...], params: tuple, dt: DType) -> int:
+        self.instrs.append((op, srcs, params, dt))
+        return 2 * (len(self.instrs) - 1) + 1
+
+    def finish(self) -> tuple[list[tuple[DType, tuple[int, ...]]], list[Arg], list[E.Instr]]:
+        nops = len(self.operands)
+
+        def index(h: int) -> int:
+            return h // 2 if h % 2 == 0 else nops + h // 2
+
+        prog: list[E.Instr] = [(op, tuple(index(h) for h in srcs), params, dt)
+                               for op, srcs, params, dt in self.instrs]
+        return self.operands, self.args, prog

@@ -126,6 +126,11 @@ class _Lowerer(NnLowering):
             self.out(n)
             return
         name = n.name or op.value
+        if op in self._CHAIN and self._chain_op(n):
+            if self.int_chain(n):
+                return  # computed by the program of the chain op that reads it
+            if op is not Op.REQUANTIZE and any(self.int_chain(s) for s in n.src):
+                return self.int_chain_step(n, name)
         if op in _ELEMENTWISE:
             return self.elementwise(n, [elementwise_instr(n)], list(n.src), name)
         if op.value == "fused_elementwise":

@@ -232,11 +232,11 @@ def test_module_function_on_tile_ranges(weights, vnni):
     nt = -(-nn // cfg.nr)
     for lo, hi in [(0, 1), (1, nt)]:
         fn(ap.ctypes.data, bp.ctypes.data, big.ctypes.data, *(p.ctypes.data for p in params),
-           mm, nn, k, nn + 5, 0, -(-mm // cfg.mr), lo, hi, -128, 127)
+           mm, nn, k, nn + 5, 0, -(-mm // cfg.mr), lo, hi, -128, 127, 0)
     want = reference(a, w, 7, 3, 2, clamp=500)
     np.testing.assert_array_equal(big[:, :nn], want if weights == "b" else want.T)
     assert (big[:, nn:] == 99).all()
-    assert G.S8_MACRO_SIG == "pppppppp" + "l" * 10 and len(G.S8_MACRO_ARGS) == 18
+    assert G.S8_MACRO_SIG == "pppppppp" + "l" * 11 and len(G.S8_MACRO_ARGS) == 19
 
 
 def test_variant_is_a_builder_parameter():
@@ -273,8 +273,8 @@ def test_empty_and_k_zero():
 def test_errors():
     packed = G.pack_s8_weights(ints((4, 6)))
     a = ints((3, 4))
-    with pytest.raises(TypeError, match="gemm_s8: a: expected dtype int8, got uint8"):
-        G.gemm_s8(a.view(np.uint8), packed)
+    with pytest.raises(TypeError, match="gemm_s8: a: expected dtype int8, got int16"):
+        G.gemm_s8(a.astype(np.int16), packed)
     with pytest.raises(ValueError, match=r"a has shape \(3, 5\) but the packed weights have "
                                          r"K=4; expected a of shape \(3, 4\)"):
         G.gemm_s8(ints((3, 5)), packed)
@@ -291,7 +291,7 @@ def test_errors():
         G.gemm_s8(a, packed, multiplier=np.ones(6))
     with pytest.raises(ValueError, match="lo=-200, hi=127, expected -128 <= lo <= hi <= 127"):
         G.gemm_s8(a, packed, lo=-200)
-    with pytest.raises(TypeError, match="out_dtype=int16, expected int8 or int32"):
+    with pytest.raises(TypeError, match="out_dtype=int16, expected int8, uint8 or int32"):
         G.gemm_s8(a, packed, out_dtype=np.int16)
     with pytest.raises(ValueError, match=r"out has shape \(2, 6\), expected \(3, 6\)"):
         G.gemm_s8(a, packed, out=np.zeros((2, 6), np.int8))
@@ -303,3 +303,72 @@ def test_errors():
         G.build_s8_module(G.S8Config(), "bias", 32, clamp=True)
     with pytest.raises(ValueError, match="int8 output needs epilogue='requant'"):
         G.build_s8_module(G.S8Config(), "bias", 8)
+
+
+# -- zero points: activations int8 or uint8 with a zero point, the output's zero point --------
+
+def _asym_reference(a, a_zero, w, bias, mult, shift, zero_point, lo, hi):
+    """reference() of ``a - a_zero`` (per tensor), the output's zero point added after the
+    shift (int32 wrap-around)."""
+    n = w.shape[1]
+    acc = wrap((a.astype(np.int64) - a_zero) @ w.astype(np.int64))
+    t = wrap(wrap(acc + np.asarray(bias, np.int64)) * mult)
+    s = np.broadcast_to(np.asarray(shift, np.int64), (n,))
+    t = wrap(t + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)) >> s
+    return np.clip(wrap(t + zero_point), lo, hi)
+
+
+@pytest.mark.parametrize("m,k,n", [(7, 3, 33), (33, 17, 70), (9, 4608, 33), (49, 300, 40)])
+@pytest.mark.parametrize("weights", ["b", "a", "bt"])
+@pytest.mark.parametrize("a_dt", [np.int8, np.uint8])
+def test_zero_points(m, k, n, weights, a_dt, vnni):
+    """``(a - z_a) @ w`` through the packed unsigned bytes (the correction ``- z_u * wsum`` in
+    the bias), with the output's zero point; "bt": pixels as rows, stored transposed."""
+    info = np.iinfo(a_dt)
+    a = RNG.integers(info.min, int(info.max) + 1, (m, k)).astype(a_dt)
+    w = ints((k, n))
+    bias = RNG.integers(I32.min, I32.max, n, endpoint=True)
+    mult = RNG.integers(-(1 << 20), 1 << 20, n)
+    shift = RNG.integers(0, 32, n)
+    for a_zero in (int(info.min), int(info.max), 3):
+        out_dt = np.uint8 if a_zero == 3 else np.int8
+        oi = np.iinfo(out_dt)
+        kw = dict(bias=bias, multiplier=mult, shift=shift, zero_point=-77 if out_dt == np.int8
+                  else 130, lo=int(oi.min), hi=int(oi.max), out_dtype=out_dt,
+                  a_zero_point=a_zero, vnni=vnni)
+        want = _asym_reference(a, a_zero, w, bias, mult, shift, kw["zero_point"], oi.min, oi.max)
+        if weights == "bt":
+            cfg = G.S8Config(mr=7, nr=32, mc=63, weights="b", store_t=True)
+            got = G.gemm_s8(a, G.pack_s8_weights(w, cfg), **kw).T
+        elif weights == "b":
+            got = G.gemm_s8(a, G.pack_s8_weights(w, G.S8Config()), **kw)
+        else:
+            packed = G.pack_s8_weights(np.ascontiguousarray(w.T), G.S8Config(weights="a"), "nk")
+            got = G.gemm_s8(np.ascontiguousarray(a.T), packed, **kw).T
+        assert got.dtype == out_dt
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("width", [3, 5, 6, 7, 12, 14])
+def test_packing_widths_that_are_not_powers_of_two(width):
+    """The [K, rows] packer (s_row = 1) for panels of 7 or 14 rows (a 7x7 or 14x14 map's
+    pixels as rows): the next power of two's lanes, those past the width untouched."""
+    k, rows = 4 * 9 + 3, 5 * width + 2
+    x = ints((k, rows))
+    cfg = G.S8Config(mr=width, nr=16, mc=width, weights="b")
+    want = G.pack_s8_activations(np.ascontiguousarray(x.T), cfg)  # the [M, K] path
+    got = np.full_like(want, 99)
+    fn = G.s8_kernels(cfg).cfunc("pack_a_s8", None, *G.S8_PACK_ARGS)
+    fn(x.ctypes.data, got.ctypes.data, rows, k, 1, rows, 0, got.shape[0], 0x80)
+    valid = np.ones(want.shape, bool)
+    valid[-1, :, rows % width:] = False  # rows past the end: any value
+    np.testing.assert_array_equal(got[valid], want[valid])
+
+
+def test_choose_conv_config():
+    """Pixels as rows (stored transposed) where the pixel panels would be mostly padding and K
+    is long; channels as rows elsewhere."""
+    assert G.choose_s8_conv_config(512, 49, 4608) == G.S8Config(7, 32, 63, 2, "b", True)
+    assert G.choose_s8_conv_config(256, 196, 2304).mr == 14
+    assert G.choose_s8_conv_config(64, 3136, 576).weights == "a"
+    assert G.choose_s8_conv_config(576, 196, 96).weights == "a"  # short K: the store costs
