@@ -436,13 +436,18 @@ class _Importer:
             if inner.output[0] in self.env:
                 raise ctx.fail(f"imported as {form}, whose tensor '{inner.output[0]}' is a "
                                f"name the model already uses")
+        self._import_body(ctx, body, f"imported as {form}")
+
+    def _import_body(self, ctx: _Ctx, body: Any, how: str) -> None:
+        """Import the nodes `body` stands for `ctx`'s node with; a failure names the node and
+        `how` it was imported."""
         for k, inner in enumerate(body):
             try:
                 self._node(k, inner)
             except NonConstantError:
                 raise
             except UnsupportedError as e:
-                raise ctx.fail(f"imported as {form}, and that failed: {e}") from None
+                raise ctx.fail(f"{how}, and that failed: {e}") from None
 
     def _expand(self, ctx: _Ctx) -> None:
         """Import an operator that has no handler through its ONNX function body."""
@@ -454,14 +459,8 @@ class _Importer:
             raise ctx.fail(f"operator '{p.op_type}' is not supported; supported operators: "
                            f"{', '.join(sorted(HANDLERS))}, and operators that ONNX defines "
                            f"by a function of these")
-        for k, inner in enumerate(body):
-            try:
-                self._node(k, inner)
-            except NonConstantError:
-                raise
-            except UnsupportedError as e:
-                raise ctx.fail(f"operator '{p.op_type}' is imported through its ONNX function "
-                               f"body, and that failed: {e}") from None
+        self._import_body(ctx, body, f"operator '{p.op_type}' is imported through its ONNX "
+                                     f"function body")
         for k, name in enumerate(p.output):
             if name and name not in self.env:
                 raise ctx.fail(f"output {k} '{name}' is not computed by the function body")
