@@ -366,7 +366,7 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
         return None, bad
     flat_w = weight.astype(np.int64).reshape(weight.shape[0], -1)
     bias = _bias_folded(rq, zx, flat_w.sum(1))
-    bound = _sum_bound(rq, max(INT8_MAX - zx, zx - INT8_MIN), np.abs(flat_w).sum(1))
+    bound = _conv_bound(rq, zx, flat_w)
     attrs = rq.attrs
     assert isinstance(attrs, RequantAttrs)
     kind = "dense" if n.op is Op.MATMUL_INTEGER else "conv2d"
@@ -376,6 +376,17 @@ def _conv(n: Node, users: dict[Node, list[Node]], cfg: HwConfig
     return ConvLayer(rq.name, kind, nodes, [xin], out, fill=fill, acc_bound=bound,
                      weight=weight, kernel=kernel, strides=strides, pads=pads, requant=attrs,
                      bias=bias), None
+
+
+def _conv_bound(rq: Node, zx: int, w: np.ndarray) -> np.ndarray:
+    """The largest ``|acc + b|`` any int8 input gives a convolution with weights `w` (output
+    channels, taps), ``acc = sum (x - z_x) w``: with ``d = x - z_x`` in ``[lo, hi]`` the
+    extremes are ``pos*hi + neg*lo`` and ``pos*lo + neg*hi`` (``pos``, ``neg`` the sums of the
+    positive and negative weights), exact for weights that are constants."""
+    b = rq.src[1].value.astype(np.int64).reshape(-1) if len(rq.src) > 1 else 0
+    lo, hi = INT8_MIN - zx, INT8_MAX - zx
+    pos, neg = np.maximum(w, 0).sum(1), np.minimum(w, 0).sum(1)
+    return np.maximum(np.abs(pos * hi + neg * lo + b), np.abs(pos * lo + neg * hi + b))
 
 
 def _sum_bound(rq: Node, x_reach: int, weight_sums: np.ndarray) -> np.ndarray:
