@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from watched_sim import WatchedSim
 
 from vtakit.driver import Session, SimDevice, Stage
 from vtakit.driver.program import Program, Reloc
@@ -199,20 +200,6 @@ def test_a_stream_that_deadlocks_is_refused():
 
 # ---- the class: random relocations and sizes, run on a watched device ---------------------
 
-class _Watched(SimDevice):
-    """A simulator that records what the stream changed in device memory."""
-
-    def run(self, insn_addr, insn_count):
-        self.before = self.read(0, self.dram.size).copy()
-        super().run(insn_addr, insn_count)
-
-    def wait(self, timeout_s):
-        try:
-            return super().wait(timeout_s)
-        finally:
-            self.changed = np.flatnonzero(self.read(0, self.dram.size) != self.before)
-
-
 def _mutate(rng: random.Random, prog: Program) -> Program:
     insns = prog.insns()
     relocs = list(prog.relocs)
@@ -252,7 +239,7 @@ def test_every_accepted_mutation_writes_only_its_slots():
     refused = ran = 0
     for _ in range(200):
         prog = _mutate(rng, base)
-        dev = _Watched(CFG, dram_bytes=1 << 20)
+        dev = WatchedSim(CFG, dram_bytes=1 << 20)
         s = Session(dev)
         x = s.array(np.arange(64, dtype=np.int32).reshape(4, 16), name="x")
         y = s.alloc((4, 16), np.int8, name="y")

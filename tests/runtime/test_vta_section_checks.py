@@ -11,6 +11,7 @@ import random
 
 import numpy as np
 import pytest
+from watched_sim import WatchedSim
 
 from vtakit import digits
 from vtakit.compiler.compile import compile_model
@@ -230,20 +231,6 @@ def test_the_artifact_itself_loads(good):
 
 # ---- the class ----------------------------------------------------------------------------
 
-class _Watched(SimDevice):
-    """The simulator, recording which bytes of device memory each run changed."""
-
-    def run(self, insn_addr, insn_count):
-        self.before = self.read(0, self.dram.size).copy()
-        super().run(insn_addr, insn_count)
-
-    def wait(self, timeout_s):
-        try:
-            return super().wait(timeout_s)
-        finally:
-            self.changed = np.flatnonzero(self.read(0, self.dram.size) != self.before)
-
-
 def _fuzz(rng: random.Random, art) -> None:
     prog = _program(art)
     insns = prog.insns()
@@ -291,7 +278,7 @@ def test_no_artifact_that_loads_writes_outside_its_writable_slots(good):
         except ArtifactError:
             refused += 1
             continue
-        dev = _Watched(preset("default"), dram_bytes=1 << 22)
+        dev = WatchedSim(preset("default"), dram_bytes=1 << 22)
         ex = GraphExecutor(art, runner_options={"vta": {"device": dev, "timeout_s": 10}})
         try:
             ex.set_input(0, x[:1])
